@@ -1,0 +1,1 @@
+"""sprig.radix"""

@@ -1,0 +1,206 @@
+"""Tiny random-weight Hugging Face checkpoints that sprig builds itself.
+
+Tests and the demo model need real checkpoint folders (config.json, safetensors, tokenizer files with a chat
+template) but nothing may be downloaded, so they are built here: a byte-level BPE tokenizer trained on text the
+package ships, a transformers config, and seeded random weights saved with `save_pretrained`. Each folder is
+built once into a cache directory (``$SPRIG_CACHE_DIR``, default ``~/.cache/sprig``) keyed by a hash of its recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DATA_DIR = Path(__file__).parent / "data"
+BUILDER_VERSION = 1
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class CheckpointRecipe:
+    """Everything that determines a built checkpoint; its hash names the cache folder."""
+
+    name: str
+    architecture: str  # a key of ARCH_CONFIG_CLASSES
+    tokenizer_vocab: int = 2048
+    vocab_size: int | None = None  # model vocab; None = tokenizer size; larger = padded vocab like real models
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int | None = None
+    intermediate_size: int = 128
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    initializer_range: float = 0.2  # larger than HF's 0.02 so greedy argmaxes are far from ties
+    seed: int = 0
+    extra_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    def key(self) -> str:
+        blob = json.dumps({**asdict(self), "v": BUILDER_VERSION}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+RECIPES: dict[str, CheckpointRecipe] = {
+    "tiny-llama": CheckpointRecipe(
+        "tiny-llama",
+        "LlamaForCausalLM",
+        vocab_size=2100,
+        extra_config=(
+            ("rope_parameters", {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 256}),
+        ),
+    ),
+    "tiny-mistral": CheckpointRecipe("tiny-mistral", "MistralForCausalLM", num_kv_heads=1, seed=1,
+                                     extra_config=(("sliding_window", None),)),
+    "tiny-qwen2": CheckpointRecipe("tiny-qwen2", "Qwen2ForCausalLM", attention_bias=True, tie_word_embeddings=True,
+                                   seed=2, extra_config=(("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e6,
+                                                                              "factor": 4.0,
+                                                                              "original_max_position_embeddings": 512}),)),
+    "tiny-qwen3": CheckpointRecipe("tiny-qwen3", "Qwen3ForCausalLM", num_heads=4, num_kv_heads=4, head_dim=32, seed=3,
+                                   extra_config=(("rope_parameters", {"rope_type": "linear", "rope_theta": 1e6,
+                                                                      "factor": 2.0}),)),
+    "demo": CheckpointRecipe("demo", "LlamaForCausalLM", tokenizer_vocab=4096, hidden_size=256, num_layers=4,
+                             num_heads=8, num_kv_heads=2, intermediate_size=704, max_position_embeddings=4096,
+                             tie_word_embeddings=True, initializer_range=0.1, seed=7),
+    "llama-100m": CheckpointRecipe("llama-100m", "LlamaForCausalLM", tokenizer_vocab=4096, vocab_size=32000,
+                                   hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=4,
+                                   intermediate_size=2048, max_position_embeddings=4096, initializer_range=0.02,
+                                   seed=11),
+}
+TINY_ARCHITECTURES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPRIG_CACHE_DIR", Path.home() / ".cache" / "sprig"))
+
+
+def checkpoint_path(name_or_recipe: str | CheckpointRecipe) -> Path:
+    """Return the folder of a built checkpoint, building it first if needed."""
+    recipe = RECIPES[name_or_recipe] if isinstance(name_or_recipe, str) else name_or_recipe
+    target = cache_dir() / "checkpoints" / f"{recipe.name}-{recipe.key()}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.name}-", dir=target.parent))
+    try:
+        build_checkpoint(recipe, tmp)
+        try:
+            os.rename(tmp, target)  # atomic: a concurrent builder of the same recipe simply loses the race
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def demo_model_path() -> Path:
+    return checkpoint_path("demo")
+
+
+def train_tokenizer(vocab_size: int):
+    """Train a byte-level BPE tokenizer on the shipped corpus (deterministic for a given vocab size)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    files = sorted(str(p) for p in DATA_DIR.glob("corpus*.txt"))
+    tok.train(files, trainer)
+    return tok
+
+
+def _save_tokenizer(tok, folder: Path) -> None:
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "add_bos_token": False,
+        "model_max_length": 1 << 20,
+        "chat_template": CHAT_TEMPLATE,
+        "added_tokens_decoder": {
+            str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+                                      "normalized": False, "single_word": False}
+            for t in SPECIAL_TOKENS
+        },
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    special = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2))
+
+
+def build_checkpoint(recipe: CheckpointRecipe, folder: Path) -> None:
+    """Write tokenizer files, config.json, generation_config.json and safetensors weights into `folder`."""
+    import torch
+    import transformers
+
+    tok = train_tokenizer(recipe.tokenizer_vocab)
+    _save_tokenizer(tok, folder)
+    eos_ids = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
+    config_cls = getattr(transformers, recipe.architecture.replace("ForCausalLM", "Config"))
+    kwargs: dict[str, Any] = dict(
+        vocab_size=recipe.vocab_size or tok.get_vocab_size(),
+        hidden_size=recipe.hidden_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_kv_heads,
+        intermediate_size=recipe.intermediate_size,
+        max_position_embeddings=recipe.max_position_embeddings,
+        tie_word_embeddings=recipe.tie_word_embeddings,
+        initializer_range=recipe.initializer_range,
+        bos_token_id=None,
+        eos_token_id=eos_ids,
+        pad_token_id=eos_ids[1],
+    )
+    if recipe.head_dim is not None:
+        kwargs["head_dim"] = recipe.head_dim
+    if recipe.architecture in ("LlamaForCausalLM", "MistralForCausalLM"):
+        kwargs["attention_bias"] = recipe.attention_bias
+    kwargs.update(dict(recipe.extra_config))
+    config = config_cls(**kwargs)
+    config.architectures = [recipe.architecture]
+    torch.manual_seed(recipe.seed)
+    model = getattr(transformers, recipe.architecture)(config)
+    _randomize_norms(model, recipe.seed)
+    model.save_pretrained(folder, safe_serialization=True)
+    gen = transformers.GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1], bos_token_id=None)
+    gen.save_pretrained(folder)
+
+
+def _randomize_norms(model, seed: int) -> None:
+    """Norm weights start at 1 and biases at 0; perturb them so a wrong norm or bias would show in the logits."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
