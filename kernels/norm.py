@@ -1,0 +1,20 @@
+"""RMSNorm, alone and fused with the residual add (torch reference)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS-normalize the last dim in float32, then scale in the input dtype (the transformers order)."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (rms_norm(x + residual), x + residual): the pre-norm decoder's add-then-normalize step."""
+    residual = x + residual
+    return rms_norm(residual, weight, eps), residual

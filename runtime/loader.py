@@ -1,0 +1,174 @@
+"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model import CausalLM, Linear
+from sprig.runtime.model_config import ModelConfig, load_model_config
+from sprig.runtime.quantization import QUANTIZATION_METHODS, Int8Linear
+from sprig.runtime.rope import rope_cos_sin_cache
+from torch import nn
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+PROGRESS_BAR_BYTES = 256 << 20  # only large checkpoints get a progress bar
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one checkpoint tensor goes: rows [row_start, row_start + rows) of a parameter."""
+
+    module: nn.Module
+    attr: str
+    row_start: int = 0
+    rows: int | None = None  # None: the whole parameter
+
+
+def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
+    """`auto` takes the checkpoint's dtype; others by name."""
+    key = cfg.torch_dtype if name == "auto" else name
+    if key not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {name!r}; supported: auto, float32, bfloat16, float16")
+    return DTYPES[key]
+
+
+def _weight_targets(model: CausalLM) -> dict[str, Target]:
+    cfg = model.cfg
+    targets = {"model.embed_tokens.weight": Target(model.embed_tokens, "weight"),
+               "model.norm.weight": Target(model.norm, "weight")}
+    if model.lm_head is not None:
+        targets["lm_head.weight"] = Target(model.lm_head, "weight")
+    for i, layer in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        attn, mlp = layer.self_attn, layer.mlp
+        offsets = {"q": (0, cfg.q_size), "k": (cfg.q_size, cfg.kv_size), "v": (cfg.q_size + cfg.kv_size, cfg.kv_size)}
+        for name, (start, rows) in offsets.items():
+            targets[f"{p}self_attn.{name}_proj.weight"] = Target(attn.qkv_proj, "weight", start, rows)
+            if cfg.attention_bias:
+                targets[f"{p}self_attn.{name}_proj.bias"] = Target(attn.qkv_proj, "bias", start, rows)
+        targets[f"{p}self_attn.o_proj.weight"] = Target(attn.o_proj, "weight")
+        if cfg.qk_norm:
+            targets[f"{p}self_attn.q_norm.weight"] = Target(attn.q_norm, "weight")
+            targets[f"{p}self_attn.k_norm.weight"] = Target(attn.k_norm, "weight")
+        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, cfg.intermediate_size)
+        targets[f"{p}mlp.up_proj.weight"] = Target(
+            mlp.gate_up_proj, "weight", cfg.intermediate_size, cfg.intermediate_size
+        )
+        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight")
+        targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
+        targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+    return targets
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"model.safetensors.index.json is malformed: {e}") from None
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+    elif (folder / "model.safetensors").exists():
+        files = [folder / "model.safetensors"]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no safetensors weights in {folder}")
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        raise CheckpointError(f"safetensors shard(s) listed in the index are missing: {', '.join(missing)}")
+    return files
+
+
+def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
+    for name, child in module.named_children():
+        if isinstance(child, Linear):
+            out_f, in_f = child.weight.shape
+            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype))
+        else:
+            _quantize_linears(child, dtype)
+
+
+def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
+    param = getattr(target.module, target.attr)
+    rows = param.shape[0] if target.rows is None else target.rows
+    dest = param.data[target.row_start : target.row_start + rows]
+    if tuple(dest.shape) != tuple(tensor.shape):
+        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
+    if isinstance(target.module, Int8Linear) and target.attr == "weight":
+        target.module.load_rows(target.row_start, tensor)
+    else:
+        dest.copy_(tensor.to(dest.dtype))
+
+
+def _build_empty_model(cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str) -> CausalLM:
+    with torch.device("meta"):
+        model = CausalLM(cfg, dtype)
+        if quantization == "int8":
+            _quantize_linears(model, dtype)
+    model = model.to_empty(device=device)
+    for m in model.modules():
+        if isinstance(m, Int8Linear):
+            m.use_kernel = m.use_kernel and device == "cpu"
+    cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
+    model.cos_sin_cache = cache.to(device)
+    return model
+
+
+def load_model(
+    path: str | Path, dtype: str = "auto", quantization: str | None = None, device: str = "cpu"
+) -> CausalLM:
+    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors."""
+    folder = Path(path)
+    cfg = load_model_config(folder)
+    torch_dtype = resolve_dtype(dtype, cfg)
+    if quantization is not None and quantization not in QUANTIZATION_METHODS:
+        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
+    files = _safetensors_files(folder)
+    model = _build_empty_model(cfg, torch_dtype, quantization, device)
+    targets = _weight_targets(model)
+    loaded: set[str] = set()
+    unexpected: list[str] = []
+    total = sum(f.stat().st_size for f in files)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", disable=total < PROGRESS_BAR_BYTES)
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                    if name.endswith(IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+                        continue
+                    if name not in targets:
+                        unexpected.append(name)
+                        continue
+                    tensor = f.get_tensor(name)
+                    _copy_into(targets[name], name, tensor)
+                    bar.update(tensor.numel() * tensor.element_size())
+                    loaded.add(name)
+        except SafetensorError as e:
+            raise CheckpointError(f"corrupt safetensors file {file.name}: {e}") from None
+        except OSError as e:
+            raise CheckpointError(f"cannot read {file.name}: {e}") from None
+    bar.close()
+    if unexpected:
+        raise CheckpointError(f"unexpected tensor names in checkpoint: {_short_list(unexpected)}")
+    missing = sorted(set(targets) - loaded)
+    if missing:
+        raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    model.eval()
+    return model
+
+
+def _short_list(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")

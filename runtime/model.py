@@ -1,0 +1,152 @@
+"""The decoder family behind Llama, Mistral, Qwen2 and Qwen3, configured by the HF config.
+
+Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
+gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from sprig.kernels.activation import silu_and_mul
+from sprig.kernels.attention import AttentionMetadata, paged_attention, store_kv
+from sprig.kernels.norm import fused_add_rms_norm, rms_norm
+from sprig.kernels.rope import apply_rotary_
+from sprig.runtime.model_config import ModelConfig
+from sprig.runtime.rope import rope_cos_sin_cache
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """A flat, unpadded batch of tokens from many sequences, with where their K/V go."""
+
+    input_ids: torch.Tensor  # int64 [T]
+    positions: torch.Tensor  # int64 [T]
+    out_slots: torch.Tensor  # int64 [T]: pool slot receiving each token's K/V
+    attn: AttentionMetadata
+    logits_rows: torch.Tensor  # int64 [R]: rows whose next-token logits are wanted
+
+
+class Linear(nn.Module):
+    """y = x W^T (+ b), weight [out, in] in the model dtype."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
+        self.o_proj = Linear(cfg.q_size, cfg.hidden_size, False, dtype)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        self.scale = cfg.head_dim**-0.5
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        batch: ForwardBatch,
+        cos_sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        q = q.reshape(-1, cfg.num_heads, cfg.head_dim)
+        k = k.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
+        v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        else:
+            q, k = q.contiguous(), k.contiguous()
+        apply_rotary_(q, k, batch.positions, cos_sin)
+        store_kv(k_cache, v_cache, batch.out_slots, k, v)
+        out = paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
+        return self.o_proj(out.reshape(-1, cfg.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, dtype)
+        self.mlp = MLP(cfg, dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        batch: ForwardBatch,
+        cos_sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = fused_add_rms_norm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
+        x = self.self_attn(x, batch, cos_sin, k_cache, v_cache)
+        w = self.post_attention_layernorm
+        x, residual = fused_add_rms_norm(x, residual, w.weight, w.eps)
+        return self.mlp(x), residual
+
+
+class CausalLM(nn.Module):
+    """Embedding → decoder layers → final norm → LM head, run over a ForwardBatch and the KV pool."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.dtype = dtype
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, False, dtype)
+        cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
+        self.register_buffer("cos_sin_cache", cache, persistent=False)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
+        """Return float32 next-token logits [R, vocab] for `batch.logits_rows`."""
+        x = self.embed_tokens(batch.input_ids)
+        residual = None
+        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
+            x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache)
+        x = x.index_select(0, batch.logits_rows)
+        residual = residual.index_select(0, batch.logits_rows)
+        x, _ = fused_add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x, head).float()
