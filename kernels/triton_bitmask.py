@@ -33,4 +33,6 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     if batch == 0:
         return
     grid = (batch, triton.cdiv(vocab, _BLOCK))
-    _bitmask_kernel[grid](logits, bitmask, vocab, logits.stride(0), bitmask.stride(0), BLOCK=_BLOCK, num_warps=4)
+    _bitmask_kernel[grid](
+        logits, bitmask, vocab, logits.stride(0), bitmask.stride(0), BLOCK=_BLOCK, num_warps=4
+    )

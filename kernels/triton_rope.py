@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
 from sprig.kernels.triton_utils import TORCH_TO_TL
 
 
@@ -43,7 +42,9 @@ def _rope_kernel(
     _rotate_heads(k_ptr, k_row_stride, k_head_stride, n_k_heads, tok, cos, sin, half, BLOCK_HK, BLOCK_HALF)
 
 
-def apply_rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+def apply_rotary_(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> None:
     """Rotate q [T, Hq, D] and k [T, Hkv, D] in place by their token positions [T].
 
     `cos_sin_cache` is float32 [max_positions, D]: cos of the D/2 frequencies, then sin. q and k may be strided
