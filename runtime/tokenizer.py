@@ -51,14 +51,11 @@ class Tokenizer:
         self.bos_token_id = self.hf.token_to_id(self.bos_token) if self.bos_token else None
         self.eos_token_id = self.hf.token_to_id(self.eos_token) if self.eos_token else None
         self.chat_template = self._find_chat_template(folder)
-        self.special_token_ids = frozenset(t.id for t in self._added_tokens() if t.special)
+        self.special_token_ids = frozenset(i for i, t in self.hf.get_added_tokens_decoder().items() if t.special)
         self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self._env.globals["raise_exception"] = _raise_template_error
         self._env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
         self._template = self._env.from_string(self.chat_template) if self.chat_template else None
-
-    def _added_tokens(self) -> list[Any]:
-        return list(self.hf.get_added_tokens_decoder().values())
 
     def _find_chat_template(self, folder: Path) -> str | None:
         jinja = folder / "chat_template.jinja"

@@ -1,0 +1,97 @@
+"""Engine options: one dataclass shared by `sprig.Engine(**options)` and the CLI flags."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Options of `sprig.Engine`; each maps to a CLI flag of the same name with dashes."""
+
+    model_path: str | None = None  # None: the built-in demo model
+    dtype: str = "auto"
+    quantization: str | None = None
+    device: str = "cpu"
+    max_total_tokens: int | None = None  # KV pool size in tokens; None: from mem_fraction
+    mem_fraction: float = 0.3
+    page_size: int = 16
+    chunked_prefill_size: int = 512
+    max_running_requests: int = 256
+    schedule_policy: str = "lpm"
+    schedule_conservativeness: float = 1.0  # scales the KV reserved for running requests' future tokens
+    disable_radix_cache: bool = False
+    attention_backend: str | None = None
+    context_length: int | None = None  # cap below the model's own
+    max_n: int = 64
+    max_queued_requests: int = 10000
+    num_threads: int | None = None  # torch threads; None: leave torch's choice
+    random_seed: int | None = None  # the shared sampler generator (unseeded requests)
+    tp_size: int = 1
+    disable_jump_forward: bool = False
+    grammar_workers: int = 2
+
+    @classmethod
+    def from_options(cls, model_path: str | None, options: dict[str, Any]) -> EngineConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ValueError(f"unknown Engine option(s): {', '.join(unknown)}")
+        if "model" in options:
+            options = {**options, "model_path": options.pop("model")}
+        cfg = cls(model_path=model_path, **options)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.page_size < 1 or self.page_size & (self.page_size - 1):
+            raise ValueError("page_size must be a power of two")
+        if self.chunked_prefill_size < 1:
+            raise ValueError("chunked_prefill_size must be positive")
+        if self.max_running_requests < 1:
+            raise ValueError("max_running_requests must be positive")
+        if not 0 < self.mem_fraction <= 1:
+            raise ValueError("mem_fraction must be in (0, 1]")
+        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
+            raise ValueError("max_total_tokens must be at least one page")
+        if self.schedule_policy not in ("lpm", "fcfs"):
+            raise ValueError("schedule_policy must be 'lpm' or 'fcfs'")
+        if self.schedule_conservativeness < 0:
+            raise ValueError("schedule_conservativeness must be >= 0")
+        if self.tp_size != 1:
+            raise ValueError("tp_size > 1 is not supported yet")
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """The common engine flags of every `sprig` command."""
+    d = EngineConfig()
+    parser.add_argument("--model", "--model-path", dest="model_path", default=None,
+                        help="Hugging Face checkpoint folder (default: the built-in demo model)")
+    parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
+    parser.add_argument("--quantization", default=None, help="weight-only quantization: int8")
+    parser.add_argument("--device", default=d.device)
+    parser.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
+                        help="fraction of free memory for the KV pool when --max-total-tokens is not given")
+    parser.add_argument("--page-size", type=int, default=d.page_size)
+    parser.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size)
+    parser.add_argument("--max-running-requests", type=int, default=d.max_running_requests)
+    parser.add_argument("--schedule-policy", default=d.schedule_policy, choices=["lpm", "fcfs"])
+    parser.add_argument("--schedule-conservativeness", type=float, default=d.schedule_conservativeness,
+                        help="lower admits more requests at the risk of preemption")
+    parser.add_argument("--disable-radix-cache", action="store_true")
+    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton"])
+    parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--random-seed", type=int, default=None)
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--disable-jump-forward", action="store_true")
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    names = {f.name for f in fields(EngineConfig)}
+    cfg = EngineConfig(**{k: v for k, v in vars(args).items() if k in names})
+    cfg.validate()
+    return cfg

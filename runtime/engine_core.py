@@ -1,0 +1,236 @@
+"""The engine's single-threaded core: schedule → one forward → sample → stop checks, step after step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+from sprig.radix import RadixCache
+from sprig.runtime.checkpoints import demo_model_path
+from sprig.runtime.engine_config import EngineConfig
+from sprig.runtime.kv_cache import KVCacheManager
+from sprig.runtime.kv_pool import KVPool, choose_pool_size
+from sprig.runtime.loader import load_model, resolve_dtype
+from sprig.runtime.model_config import load_model_config
+from sprig.runtime.model_runner import ModelRunner, SeqInput, StepOutput
+from sprig.runtime.request import Request, RequestStatus
+from sprig.runtime.sampler import Sampler, SamplingBatch
+from sprig.runtime.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
+from sprig.runtime.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineCounters:
+    steps: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    computed_tokens: int = 0  # tokens whose KV a forward computed (prefill + decode)
+    finished_requests: int = 0
+    aborted_requests: int = 0
+    request_errors: int = 0
+    model_time: float = 0.0
+    step_time: float = 0.0
+    decode_steps: int = 0
+    decode_batch_tokens: int = 0
+    recent_step_tokens: list[int] = field(default_factory=list)
+
+
+class EngineCore:
+    """Owns the model, KV pool, radix tree, scheduler and sampler. Not thread-safe: one loop drives it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model_path = str(config.model_path or demo_model_path())
+        self.tokenizer = Tokenizer(self.model_path)
+        self.model = load_model(self.model_path, config.dtype, config.quantization, config.device)
+        self.model_config = self.model.cfg
+        self.context_length = min(config.context_length or self.model_config.context_length,
+                                  self.model_config.context_length)
+        dtype = resolve_dtype(config.dtype, load_model_config(self.model_path))
+        size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
+                                config.mem_fraction, config.device)
+        self.pool = KVPool(self.model_config, size, dtype, config.device)
+        self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache)
+        self.kv = KVCacheManager(self.pool, self.tree)
+        self.scheduler = Scheduler(self.kv, SchedulerConfig(
+            max_running_requests=config.max_running_requests,
+            chunked_prefill_size=config.chunked_prefill_size,
+            policy=SchedulePolicy(config.schedule_policy),
+            init_new_token_ratio=0.7 * config.schedule_conservativeness,
+            min_new_token_ratio=0.15 * config.schedule_conservativeness,
+        ))
+        self.runner = ModelRunner(self.model, self.pool)
+        self.sampler = Sampler(seed=config.random_seed, device=config.device)
+        self.vocab_size = self.model_config.vocab_size
+        self.eos_token_ids = tuple(self.model_config.eos_token_ids) or (
+            (self.tokenizer.eos_token_id,) if self.tokenizer.eos_token_id is not None else ()
+        )
+        self.requests: dict[str, Request] = {}
+        self.counters = EngineCounters()
+
+    # --- requests --------------------------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        self.requests[req.rid] = req
+        self.scheduler.add(req)
+        self.counters.prompt_tokens += len(req.prompt_ids)
+
+    def abort(self, rid: str, error: str | None = None) -> None:
+        """Abort a request at any stage; unknown or finished ids are ignored (abort is idempotent)."""
+        req = self.requests.get(rid)
+        if req is None or req.finished:
+            return
+        req.abort(error)
+        self._retire(req)
+
+    def abort_all(self, error: str | None = None) -> None:
+        for rid in list(self.requests):
+            self.abort(rid, error)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; refused (False) while requests hold KV."""
+        if self.scheduler.has_work():
+            return False
+        self.kv.flush()
+        return True
+
+    # --- one step --------------------------------------------------------------------------------------
+    def step(self) -> list[Request]:
+        """Run one scheduling step; returns the requests whose output changed."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan:
+            return []
+        seqs = [self._seq_input(s) for s in plan]
+        t1 = time.perf_counter()
+        out = self.runner.forward(seqs)
+        self.counters.model_time += time.perf_counter() - t1
+        updated = self._process(plan, out)
+        self._count_step(plan, time.perf_counter() - t0)
+        return updated
+
+    def _seq_input(self, s: ScheduledSeq) -> SeqInput:
+        req = s.req
+        ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
+        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
+
+    def _wants_prompt_logprobs(self, s: ScheduledSeq) -> bool:
+        lp = s.req.logprobs
+        if not lp.return_logprob or lp.logprob_start_len < 0:
+            return False
+        return s.req.kv_len < len(s.req.prompt_ids) and s.req.kv_len + s.num_tokens > lp.logprob_start_len - 1
+
+    def _count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
+        c = self.counters
+        c.steps += 1
+        c.step_time += elapsed
+        tokens = sum(s.num_tokens for s in plan)
+        c.computed_tokens += tokens
+        c.recent_step_tokens = (c.recent_step_tokens + [tokens])[-64:]
+        if all(s.num_tokens == 1 for s in plan):
+            c.decode_steps += 1
+            c.decode_batch_tokens += tokens
+
+    def _process(self, plan: list[ScheduledSeq], out: StepOutput) -> list[Request]:
+        to_sample: list[tuple[int, Request]] = []
+        for i, s in enumerate(plan):
+            req = s.req
+            if self._wants_prompt_logprobs(s):
+                self._guard(req, self._record_prompt_logprobs, req, out, i)
+            done = s.completes_fill
+            req.kv_len += s.num_tokens
+            if req.finished:
+                continue
+            if s.num_tokens > 1:
+                self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
+            if done:
+                to_sample.append((i, req))
+        if to_sample:
+            self._sample(to_sample, out)
+        updated = [r for _, r in to_sample]
+        for req in updated:
+            if req.finished:
+                self._retire(req)
+        return updated
+
+    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput) -> None:
+        reqs = [r for _, r in rows]
+        logits = torch.stack([out.last(i) for i, _ in rows])
+        batch = SamplingBatch.build(
+            [r.params for r in reqs], [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
+            self.vocab_size, self.eos_token_ids,
+            return_logprob=[r.logprobs.return_logprob for r in reqs],
+            top_logprobs_num=[r.logprobs.top_logprobs_num for r in reqs],
+            device=logits.device,
+        )
+        result = self.sampler.sample(logits, batch)
+        next_ids = result.next_token_ids.tolist()
+        for j, req in enumerate(reqs):
+            self._guard(req, self._append_token, req, next_ids[j], result, j)
+
+    def _append_token(self, req: Request, token: int, result, row: int) -> None:
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        req.output_ids.append(token)
+        self.counters.generated_tokens += 1
+        if req.logprobs.return_logprob and result.logprobs is not None:
+            top = [(v, i) for i, v in result.top_logprobs_of(row)]
+            req.output_logprobs.append((float(result.logprobs[row]), token, top))
+        step = req.stop.step(token, req.detok)
+        req.text_delta += step.delta
+        if step.finish is not None:
+            req.finish(step.finish)
+
+    def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int) -> None:
+        """Logprob of each prompt token from logprob_start_len, given the tokens before it."""
+        lp = req.logprobs
+        start, count, first_pos = out.row_start[i], out.row_count[i], req.kv_len
+        rows = out.logits[start : start + count]
+        logprobs = torch.log_softmax(rows.float(), dim=-1)
+        k = lp.top_logprobs_num
+        top_v, top_i = (logprobs.topk(k, dim=-1) if k > 0 else (None, None))
+        if lp.logprob_start_len == 0 and req.kv_len == 0 and not req.input_logprobs:
+            req.input_logprobs.append((None, req.prompt_ids[0], []))
+        for r in range(count):
+            pos = first_pos + r + 1  # the prompt position this row predicts
+            if pos < lp.logprob_start_len or pos >= len(req.prompt_ids):
+                continue
+            tok = req.prompt_ids[pos]
+            top = list(zip(top_v[r].tolist(), top_i[r].tolist(), strict=True)) if k > 0 else []
+            req.input_logprobs.append((float(logprobs[r, tok]), tok, top))
+
+    def _guard(self, req: Request, fn, *args) -> None:
+        """Run one request's post-processing; an exception fails that request only."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - isolate any per-request failure from the batch
+            logger.exception("request %s failed in post-processing", req.rid)
+            self.counters.request_errors += 1
+            req.abort(f"internal error while processing the request: {type(e).__name__}")
+
+    def _retire(self, req: Request) -> None:
+        if req.status is not RequestStatus.FINISHED:
+            return
+        self.scheduler.remove(req)
+        self.requests.pop(req.rid, None)
+        if req.finish_reason is not None and req.finish_reason.type.value == "abort":
+            self.counters.aborted_requests += 1
+        else:
+            self.counters.finished_requests += 1
+        self.counters.cached_tokens += req.cached_tokens
+        if req.on_update is not None:
+            req.on_update(req, True)
+
+    def notify(self, updated: list[Request]) -> None:
+        for req in updated:
+            if not req.finished and req.on_update is not None:
+                req.on_update(req, False)

@@ -1,0 +1,75 @@
+"""Greedy fp32 output does not depend on batch composition, cache state, chunk size or preemption."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sprig import Engine
+
+NUM_REQUESTS = 64
+
+
+def make_prompts(tokenizer_vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
+    """64 prompts sharing a few random prefixes, with varied lengths and output budgets."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(3, tokenizer_vocab) for _ in range(rng.randint(8, 60))] for _ in range(6)]
+    prompts = []
+    for _ in range(NUM_REQUESTS):
+        head = rng.choice(prefixes) if rng.random() < 0.7 else []
+        tail = [rng.randrange(3, tokenizer_vocab) for _ in range(rng.randint(1, 40))]
+        prompts.append((head + tail, rng.randint(1, 24)))
+    return prompts
+
+
+def run_together(engine: Engine, prompts) -> list[list[int]]:
+    params = [{"max_new_tokens": m, "temperature": 0, "ignore_eos": True} for _, m in prompts]
+    results = engine.generate(input_ids=[p for p, _ in prompts], sampling_params=params)
+    return [r["output_ids"] for r in results]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_paths):
+    """Each request run alone on a fresh engine with the cache disabled."""
+    path = str(tiny_paths["tiny-qwen3"])
+    with Engine(path, dtype="float32", max_total_tokens=4096, disable_radix_cache=True) as engine:
+        prompts = make_prompts(engine.tokenizer.vocab_size)
+        alone = [
+            engine.generate(input_ids=p, sampling_params={"max_new_tokens": m, "temperature": 0,
+                                                          "ignore_eos": True})["output_ids"]
+            for p, m in prompts
+        ]
+    return path, prompts, alone
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_total_tokens": 8192},
+        {"max_total_tokens": 8192, "disable_radix_cache": True},
+        {"max_total_tokens": 8192, "chunked_prefill_size": 16},
+        {"max_total_tokens": 8192, "chunked_prefill_size": 4096},
+        {"max_total_tokens": 8192, "page_size": 1},
+    ],
+    ids=["cache", "no-cache", "chunk16", "chunk4096", "page1"],
+)
+def test_batched_output_equals_each_request_alone(reference, options):
+    path, prompts, alone = reference
+    with Engine(path, dtype="float32", **options) as engine:
+        assert run_together(engine, prompts) == alone
+        stats = engine.stats()
+    assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] + stats["cache_protected_tokens"] == \
+        stats["kv_total_tokens"]
+    if not options.get("disable_radix_cache"):
+        assert stats["cached_tokens"] > 0
+
+
+def test_output_survives_preemption(reference):
+    """A pool too small for all 64 requests at once forces preemption; outputs stay identical."""
+    path, prompts, alone = reference
+    with Engine(path, dtype="float32", max_total_tokens=512, page_size=16, chunked_prefill_size=64,
+                schedule_conservativeness=0.0) as engine:
+        assert run_together(engine, prompts) == alone
+        stats = engine.stats()
+    assert stats["num_preemptions"] > 0
+    assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] == stats["kv_total_tokens"]
