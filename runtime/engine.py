@@ -233,12 +233,13 @@ class Engine:
             raise RequestError("logprob_start_len must be an integer >= -1", param="logprob_start_len")
         lp = LogprobOptions(bool(return_logprob), logprob_start_len, top_logprobs_num)
         reqs: list[Request] = []
+        call_id = rid or uuid.uuid4().hex[:16]
         for i in range(count):
             ids = self._prompt_ids(prompts[i] if prompts else None, id_lists[i] if id_lists else None)
             params = SamplingParams.from_dict(params_list[i]).validate(self.core.vocab_size,
                                                                        max_n=self.config.max_n)
             self.check_lengths(len(ids), params)
-            base = rid if rid and count == 1 else f"{rid or uuid.uuid4().hex[:16]}-{i}" if count > 1 else None
+            base = f"{call_id}-{i}" if count > 1 else rid
             for k in range(params.n):
                 reqs.append(self._request(ids, params, k, lp, namespace, priority, base))
         return reqs, batch

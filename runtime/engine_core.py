@@ -48,6 +48,7 @@ class EngineCore:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model_path = str(config.model_path or demo_model_path())
+        load_model_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
         self.model = load_model(self.model_path, config.dtype, config.quantization, config.device)
         self.model_config = self.model.cfg
