@@ -1,0 +1,124 @@
+"""Pick the kernel implementations the model and sampler call: torch references or their Triton twins.
+
+`get_kernels("torch")` gives the reference ops of `kernels/*.py`; `get_kernels("triton")` the `kernels/triton_*.py`
+twins with the same signatures and semantics; `get_kernels()` picks Triton on CUDA and torch elsewhere. Triton
+runs on CPU tensors only through its interpreter (`TRITON_INTERPRET=1` set before the Triton modules are first
+imported), which is how the twins are tested without a GPU; asking for Triton on CPU otherwise is an error.
+The Triton modules are imported lazily, so importing this module never needs triton.
+
+Sampling stays in torch (`runtime/sampler.py`), on purpose:
+- it runs once per step, not once per layer, and its heavy parts (sort for top-p, topk, the argmax of the
+  exponential race) are single library calls that are already bandwidth-bound on a GPU;
+- seeded rows draw their noise from torch generators so that a request gives the same tokens alone or in any
+  batch and after preemption; a Triton sampler would need its own counter-based RNG (a different stream, so
+  different tokens for the same seed) and a rejection or pivot scheme for top-k/top-p that is not
+  bit-comparable with the torch path it would replace.
+A fused Triton top-k/top-p is worth revisiting when a profile shows the sampler above a few percent of a decode
+step at large batch and vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+BACKENDS = ("torch", "triton")
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The ops one backend provides; every field has the signature of the torch reference of that name."""
+
+    name: str
+    store_kv: Callable[..., None]
+    paged_attention: Callable[..., torch.Tensor]
+    rms_norm: Callable[..., torch.Tensor]
+    fused_add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    apply_rotary_: Callable[..., None]
+    silu_and_mul: Callable[..., torch.Tensor]
+    apply_token_bitmask_: Callable[..., None]
+
+
+def default_backend(device: torch.device | str | None = None) -> str:
+    """ "triton" when the device is CUDA (or, with no device given, CUDA is available) and triton imports."""
+    on_cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    return "triton" if on_cuda and _triton_importable() else "torch"
+
+
+def get_kernels(backend: str | None = None, device: torch.device | str | None = None) -> KernelSet:
+    """The kernels of `backend` ("torch" or "triton"; None picks `default_backend(device)`).
+
+    `device` is where the tensors will live (default: CUDA when available, else CPU). Raises ValueError for an
+    unknown backend, for Triton without the triton package, and for Triton on CPU without TRITON_INTERPRET=1.
+    """
+    backend = default_backend(device) if backend is None else backend
+    if backend == "torch":
+        return _torch_kernels()
+    if backend == "triton":
+        _check_triton_usable(device)
+        return _triton_kernels()
+    raise ValueError(f"unknown kernel backend {backend!r}; expected one of {BACKENDS}")
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _check_triton_usable(device: torch.device | str | None) -> None:
+    """Raise a ValueError saying why the Triton kernels cannot run on `device`."""
+    if not _triton_importable():
+        raise ValueError("kernel backend 'triton' needs the triton package: pip install 'sprig[gpu]'")
+    on_cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if not on_cuda and not _interpreting():
+        raise ValueError(
+            "kernel backend 'triton' needs a CUDA device; on CPU it runs only under the Triton interpreter "
+            "(set TRITON_INTERPRET=1 before sprig's Triton kernels are imported), or use backend 'torch'"
+        )
+
+
+def _torch_bitmask() -> Callable[..., None]:
+    """The torch bitmask apply, or a stand-in that says it is missing (kernels/bitmask.py is written apart)."""
+    try:
+        from sprig.kernels.bitmask import apply_token_bitmask_
+    except ImportError:
+
+        def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+            raise NotImplementedError("sprig.kernels.bitmask is not available in this build")
+
+    return apply_token_bitmask_
+
+
+def _torch_kernels() -> KernelSet:
+    from sprig.kernels.activation import silu_and_mul
+    from sprig.kernels.attention import paged_attention, store_kv
+    from sprig.kernels.norm import fused_add_rms_norm, rms_norm
+    from sprig.kernels.rope import apply_rotary_
+
+    return KernelSet(
+        "torch", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
+        _torch_bitmask(),
+    )  # fmt: skip
+
+
+def _triton_kernels() -> KernelSet:
+    from sprig.kernels.triton_activation import silu_and_mul
+    from sprig.kernels.triton_attention import paged_attention, store_kv
+    from sprig.kernels.triton_bitmask import apply_token_bitmask_
+    from sprig.kernels.triton_norm import fused_add_rms_norm, rms_norm
+    from sprig.kernels.triton_rope import apply_rotary_
+
+    return KernelSet(
+        "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
+        apply_token_bitmask_,
+    )  # fmt: skip

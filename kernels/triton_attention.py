@@ -1,0 +1,332 @@
+"""Attention over a paged KV pool (Triton twin of `kernels/attention.py`).
+
+Same layout and signatures as the torch reference: the pool of one layer is `k_cache`/`v_cache`
+[num_pages * page_size, Hkv, D], token slot `s` lives in page `s // page_size`, and `AttentionMetadata` splits
+the flat batch into decode rows and extend sequences.
+
+- Decode (one new token per sequence) is flash-decoding: one program per (sequence, KV head, split of the
+  context) attends all the query heads of its GQA group at once, writes a partial output and its log-sum-exp,
+  and a second kernel merges the splits. Splitting keeps the GPU busy when batch * heads is small and contexts
+  are long.
+- Extend (prefill, or new tokens after a cached prefix) runs one program per (block of query rows of one
+  sequence, query head): first full attention over the cached prefix read through the page table, then causal
+  attention over the new tokens read straight from this step's k/v.
+
+What the kernels need beyond `AttentionMetadata`'s fields (sequence lengths, a padded page table for the
+extends, a map from program to query block) is derived once per metadata object and reused by every layer.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.triton_utils import dot_precision
+
+_DECODE_BLOCK_N = 64  # keys per decode tile
+_DECODE_MIN_SPLIT = 256  # tokens: below this a split's fixed cost outweighs the parallelism it adds
+_DECODE_MAX_SPLITS = 16
+_DECODE_TARGET_PROGRAMS = 512  # enough programs to fill a large GPU (~4 per SM on 132 SMs)
+_EXTEND_BLOCK_M = 64  # query rows per extend program
+_MIN_DOT_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded up to it
+_LOG2E = 1.4426950408889634
+
+
+# --------------------------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _store_kv_kernel(
+    k_ptr, v_ptr, kc_ptr, vc_ptr, slots_ptr,
+    k_row_stride, k_head_stride, v_row_stride, v_head_stride,
+    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
+    n_heads, head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    tok = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slots_ptr + tok).to(tl.int64)
+    h = tl.arange(0, BLOCK_H)[:, None]
+    d = tl.arange(0, BLOCK_D)[None, :]
+    valid = (h < n_heads) & (d < head_dim)
+    k = tl.load(k_ptr + tok * k_row_stride + h * k_head_stride + d, mask=valid)
+    v = tl.load(v_ptr + tok * v_row_stride + h * v_head_stride + d, mask=valid)
+    tl.store(kc_ptr + slot * kc_slot_stride + h * kc_head_stride + d, k, mask=valid)
+    tl.store(vc_ptr + slot * vc_slot_stride + h * vc_head_stride + d, v, mask=valid)
+
+
+@triton.jit
+def _page_slots(table_row_ptr, pos, valid, PAGE_SIZE: tl.constexpr):
+    """Pool slots of sequence positions `pos`, through one sequence's page table."""
+    page = tl.load(table_row_ptr + pos // PAGE_SIZE, mask=valid, other=0)
+    return page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
+
+
+@triton.jit
+def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION: tl.constexpr):
+    """One online-softmax step: fold keys k / values v [N, D] (where `valid` [M, N]) into acc [M, D]."""
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale_log2
+    qk = tl.where(valid, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))  # m_i starts finite, so a fully masked tile gives no NaN
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, kc_ptr, vc_ptr, rows_ptr, table_ptr, lens_ptr, part_out_ptr, part_lse_ptr,
+    q_row_stride, q_head_stride, kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
+    table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2,
+    PAGE_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(lens_ptr + b)
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    heads = kvh * group + g
+    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
+    q = tl.load(
+        q_ptr + row * q_row_stride + heads[:, None] * q_head_stride + d[None, :], mask=q_mask, other=0.0
+    )
+    m_i = tl.full([BLOCK_G], -1e30, tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        valid = pos < end
+        slots = _page_slots(table_ptr + b * table_stride, pos, valid, PAGE_SIZE)
+        kv_mask = valid[:, None] & (d < head_dim)[None, :]
+        k = tl.load(
+            kc_ptr + slots[:, None] * kc_slot_stride + kvh * kc_head_stride + d[None, :], mask=kv_mask
+        )
+        v = tl.load(
+            vc_ptr + slots[:, None] * vc_slot_stride + kvh * vc_head_stride + d[None, :], mask=kv_mask
+        )
+        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+    nonempty = l_i > 0  # a split past the end of a short sequence saw no key
+    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))  # base 2
+    part = (b * n_q_heads + heads) * NUM_SPLITS + split
+    tl.store(part_out_ptr + part[:, None] * head_dim + d[None, :], out, mask=q_mask)
+    tl.store(part_lse_ptr + part, lse, mask=g < group)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, rows_ptr, out_row_stride, out_head_stride, n_q_heads, head_dim,
+    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, BLOCK_D)
+    base = (b * n_q_heads + h) * NUM_SPLITS
+    lse = tl.load(part_lse_ptr + base + s, mask=s < NUM_SPLITS, other=float("-inf"))
+    w = tl.exp2(lse - tl.max(lse, 0))  # split 0 is never empty, so the max is finite
+    mask = (s < NUM_SPLITS)[:, None] & (d < head_dim)[None, :]
+    parts = tl.load(part_out_ptr + (base + s)[:, None] * head_dim + d[None, :], mask=mask, other=0.0)
+    out = tl.sum(w[:, None] * parts, 0) / tl.sum(w, 0)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    dst = out_ptr + row * out_row_stride + h * out_head_stride + d
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=d < head_dim)
+
+
+@triton.jit
+def _extend_kernel(
+    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, out_ptr, seqs_ptr, blocks_ptr, table_ptr,
+    q_row_stride, q_head_stride, k_row_stride, k_head_stride, v_row_stride, v_head_stride,
+    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, out_row_stride, out_head_stride,
+    table_stride, group, head_dim, sm_scale_log2,
+    PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    seq = tl.load(blocks_ptr + tl.program_id(0) * 2).to(tl.int64)
+    m0 = tl.load(blocks_ptr + tl.program_id(0) * 2 + 1)
+    h = tl.program_id(1)
+    kvh = h // group
+    tok0 = tl.load(seqs_ptr + seq * 3).to(tl.int64)
+    ext = tl.load(seqs_ptr + seq * 3 + 1)
+    prefix = tl.load(seqs_ptr + seq * 3 + 2)
+    rows = m0 + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = (d < head_dim)[None, :]
+    q_mask = (rows < ext)[:, None] & d_ok
+    q = tl.load(q_ptr + (tok0 + rows)[:, None] * q_row_stride + h * q_head_stride + d[None, :], mask=q_mask)
+    m_i = tl.full([BLOCK_M], -1e30, tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    # Cached prefix, through the page table: every new token sees all of it.
+    for n0 in range(0, prefix, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        valid = pos < prefix
+        slots = _page_slots(table_ptr + seq * table_stride, pos, valid, PAGE_SIZE)
+        kv_mask = valid[:, None] & d_ok
+        k = tl.load(
+            kc_ptr + slots[:, None] * kc_slot_stride + kvh * kc_head_stride + d[None, :], mask=kv_mask
+        )
+        v = tl.load(
+            vc_ptr + slots[:, None] * vc_slot_stride + kvh * vc_head_stride + d[None, :], mask=kv_mask
+        )
+        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+    # New tokens, causal: keys past this block's last row are never needed.
+    for n0 in range(0, tl.minimum(ext, m0 + BLOCK_M), BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        kv_mask = (pos < ext)[:, None] & d_ok
+        k = tl.load(
+            k_ptr + (tok0 + pos)[:, None] * k_row_stride + kvh * k_head_stride + d[None, :], mask=kv_mask
+        )
+        v = tl.load(
+            v_ptr + (tok0 + pos)[:, None] * v_row_stride + kvh * v_head_stride + d[None, :], mask=kv_mask
+        )
+        valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None])
+        acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows past ext saw nothing
+    dst = out_ptr + (tok0 + rows)[:, None] * out_row_stride + h * out_head_stride + d[None, :]
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+# --------------------------------------------------------------------------------------------- launch plan
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Device tensors the kernels read, derived once from an `AttentionMetadata`."""
+
+    decode_rows: torch.Tensor | None  # int64 [Bd]
+    decode_table: torch.Tensor | None  # int64 [Bd, max_pages]
+    decode_lens: torch.Tensor | None  # int32 [Bd]
+    extend_seqs: torch.Tensor | None  # int32 [Ne, 3]: token_start, extend_len, prefix_len
+    extend_blocks: torch.Tensor | None  # int32 [n_blocks, 2]: sequence index, first query row
+    extend_table: torch.Tensor | None  # int64 [Ne, max_pages], padded with page 0
+
+
+_last_plan: tuple[weakref.ref, torch.device, _Plan] | None = None
+
+
+def _build_plan(meta: AttentionMetadata, device: torch.device) -> _Plan:
+    """Derive lengths, padded page tables and the extend block map (Python ints: no device sync)."""
+    rows = table = lens = seqs = blocks = ext_table = None
+    if meta.decode_rows is not None:
+        rows = meta.decode_rows.to(device)
+        table = meta.decode_pages.to(device)
+        lens = meta.decode_mask.reshape(len(rows), -1).to(device).sum(1, dtype=torch.int32)
+    if meta.extends:
+        info = [(s.token_start, s.extend_len, s.prefix_len) for s in meta.extends]
+        block_map = [
+            (i, m0) for i, s in enumerate(meta.extends) for m0 in range(0, s.extend_len, _EXTEND_BLOCK_M)
+        ]
+        seqs = torch.tensor(info, dtype=torch.int32).to(device)
+        blocks = torch.tensor(block_map, dtype=torch.int32).reshape(-1, 2).to(device)
+        pages = [s.pages.to(device=device, dtype=torch.int64) for s in meta.extends]
+        ext_table = torch.nn.utils.rnn.pad_sequence(pages, batch_first=True)
+    return _Plan(rows, table, lens, seqs, blocks, ext_table)
+
+
+def _plan_for(meta: AttentionMetadata, device: torch.device) -> _Plan:
+    """The plan of `meta`, cached for the last metadata seen: all layers of one step share it."""
+    global _last_plan
+    cached = _last_plan
+    if cached is not None and cached[0]() is meta and cached[1] == device:
+        return cached[2]
+    plan = _build_plan(meta, device)
+    _last_plan = (weakref.ref(meta), device, plan)
+    return plan
+
+
+def _decode_splits(max_len: int, batch_heads: int) -> tuple[int, int]:
+    """(number of splits, tokens per split) for contexts of at most `max_len` tokens."""
+    want = max(1, _DECODE_TARGET_PROGRAMS // max(1, batch_heads))
+    splits = max(1, min(_DECODE_MAX_SPLITS, want, triton.cdiv(max_len, _DECODE_MIN_SPLIT)))
+    split_len = triton.cdiv(triton.cdiv(max_len, splits), _DECODE_BLOCK_N) * _DECODE_BLOCK_N
+    return triton.cdiv(max_len, split_len), split_len
+
+
+# --------------------------------------------------------------------------------------------- public API
+
+
+def store_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
+    """Write new keys/values [T, Hkv, D] into their pool slots [T]."""
+    n_tokens, n_heads, head_dim = k.shape
+    if n_tokens == 0:
+        return
+    assert k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
+    _store_kv_kernel[(n_tokens,)](
+        k, v, k_cache, v_cache, slots,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        n_heads, head_dim, BLOCK_H=triton.next_power_of_2(n_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=4,
+    )  # fmt: skip
+
+
+def _decode(q, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float) -> None:
+    """Flash-decoding over the paged pool for the single-token rows of the batch."""
+    n_rows, n_q_heads, head_dim = len(plan.decode_rows), q.shape[1], q.shape[2]
+    n_kv_heads = k_cache.shape[1]
+    group = n_q_heads // n_kv_heads
+    splits, split_len = _decode_splits(plan.decode_table.shape[1] * page_size, n_rows * n_kv_heads)
+    part_out = torch.empty(n_rows, n_q_heads, splits, head_dim, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(n_rows, n_q_heads, splits, dtype=torch.float32, device=q.device)
+    block_d = triton.next_power_of_2(head_dim)
+    _decode_split_kernel[(n_rows, n_kv_heads, splits)](
+        q, k_cache, v_cache, plan.decode_rows, plan.decode_table, plan.decode_lens, part_out, part_lse,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
+        PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_G=max(_MIN_DOT_ROWS, triton.next_power_of_2(group)),
+        BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), num_warps=4,
+    )  # fmt: skip
+    _decode_reduce_kernel[(n_rows, n_q_heads)](
+        part_out, part_lse, out, plan.decode_rows, out.stride(0), out.stride(1), n_q_heads, head_dim,
+        NUM_SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d, num_warps=1,
+    )  # fmt: skip
+
+
+def _extend(q, k, v, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float) -> None:
+    """Prefix-then-causal attention for the multi-token sequences of the batch."""
+    n_q_heads, head_dim = q.shape[1], q.shape[2]
+    group = n_q_heads // k.shape[1]
+    block_n = 64 if head_dim <= 128 else 32  # keep q, k, v tiles within shared memory for big heads
+    _extend_kernel[(len(plan.extend_blocks), n_q_heads)](
+        q, k, v, k_cache, v_cache, out, plan.extend_seqs, plan.extend_blocks, plan.extend_table,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1),
+        plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
+        PAGE_SIZE=page_size, BLOCK_M=_EXTEND_BLOCK_M, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        DOT_PRECISION=dot_precision(q.dtype), num_warps=4,
+    )  # fmt: skip
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
+
+    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. The last dim of every tensor must be contiguous.
+    """
+    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
+    out = torch.empty_like(q)
+    plan = _plan_for(meta, q.device)
+    if plan.decode_rows is not None and len(plan.decode_rows) > 0:
+        _decode(q, k_cache, v_cache, out, plan, meta.page_size, scale)
+    if plan.extend_blocks is not None and len(plan.extend_blocks) > 0:
+        _extend(q, k, v, k_cache, v_cache, out, plan, meta.page_size, scale)
+    return out

@@ -1,0 +1,144 @@
+"""Triton paged attention and KV store vs the torch reference (interpreter on CPU, compiled on CUDA)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of the Triton kernels
+pytest.importorskip("triton", reason="triton is not installed (pip install 'sprig[gpu]')")
+
+from sprig.kernels import attention as ref  # noqa: E402
+from sprig.kernels import triton_attention as tri  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+pytestmark = pytest.mark.timeout(120)
+
+
+def _scenario(dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens, seed=0):
+    """A shuffled page pool holding each sequence's prefix plus this step's k/v, and its metadata."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_seq = [-(-(e + p) // page_size) for e, p in zip(ext_lens, prefix_lens, strict=True)]
+    n_pages = sum(pages_per_seq) + 2  # spare pages hold garbage that must never be read
+    perm = torch.randperm(n_pages, generator=gen)
+    tables = list(torch.split(perm[: sum(pages_per_seq)], pages_per_seq))
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    k_cache, v_cache = (
+        rand(n_pages * page_size, n_kv_heads, head_dim),
+        rand(n_pages * page_size, n_kv_heads, head_dim),
+    )
+    n_tokens = sum(ext_lens)
+    q, k, v = (
+        rand(n_tokens, n_q_heads, head_dim),
+        rand(n_tokens, n_kv_heads, head_dim),
+        rand(n_tokens, n_kv_heads, head_dim),
+    )
+    slots = torch.cat([
+        t[pos // page_size] * page_size + pos % page_size
+        for t, pos in ((t, torch.arange(p, p + e)) for t, e, p in zip(tables, ext_lens, prefix_lens, strict=True))
+    ])  # fmt: skip
+    meta = ref.AttentionMetadata.build(page_size, ext_lens, prefix_lens, tables)
+    return [x.to(DEVICE) for x in (q, k, v, k_cache, v_cache, slots)], _meta_to(meta, DEVICE)
+
+
+def _meta_to(meta: ref.AttentionMetadata, device: str) -> ref.AttentionMetadata:
+    """The same metadata with its tensors on `device`."""
+
+    def mv(t):
+        return None if t is None else t.to(device)
+
+    extends = tuple(
+        ref.ExtendSeq(s.token_start, s.extend_len, s.prefix_len, s.pages.to(device), mv(s.mask))
+        for s in meta.extends
+    )
+    return ref.AttentionMetadata(
+        meta.page_size, mv(meta.decode_rows), mv(meta.decode_pages), mv(meta.decode_mask), extends
+    )
+
+
+def _check(dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens):
+    (q, k, v, k_cache, v_cache, slots), meta = _scenario(
+        dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens
+    )
+    ref.store_kv(k_cache, v_cache, slots, k, v)
+    expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5)
+    got = tri.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5)
+    tol = TOL[dtype]
+    torch.testing.assert_close(got.float(), expected.float(), atol=tol, rtol=tol)
+
+
+@pytest.fixture
+def many_splits(monkeypatch):
+    """Split decode contexts every 64 tokens so short test contexts exercise the split merge."""
+    monkeypatch.setattr(tri, "_DECODE_MIN_SPLIT", 16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_store_kv_matches_reference(dtype, page_size):
+    (q, k, v, k_cache, v_cache, slots), _ = _scenario(dtype, 4, 2, 64, page_size, [3, 1, 9], [0, 20, 5])
+    k_cache2, v_cache2 = k_cache.clone(), v_cache.clone()
+    kv = torch.cat([k, v], dim=1)  # strided views, as the model's qkv split gives
+    k_view, v_view = kv[:, :2], kv[:, 2:]
+    ref.store_kv(k_cache, v_cache, slots, k, v)
+    tri.store_kv(k_cache2, v_cache2, slots, k_view, v_view)
+    assert torch.equal(k_cache, k_cache2) and torch.equal(v_cache, v_cache2)
+
+
+# (GQA group, head dim, page size): every value of each factor, without the full product (the interpreter is slow).
+SHAPES = [(1, 64, 1), (1, 128, 16), (4, 128, 1), (4, 64, 16), (8, 64, 1), (8, 128, 16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("group", "head_dim", "page_size"), SHAPES)
+def test_decode_ragged_batch(dtype, group, head_dim, page_size, many_splits):
+    # Contexts of 1, 38, 17 and 150 tokens: one page, tails, and several decode splits.
+    _check(dtype, 2 * group, 2, head_dim, page_size, [1, 1, 1, 1], [0, 37, 16, 149])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("group", "head_dim", "page_size"), SHAPES)
+def test_extend_with_and_without_prefix(dtype, group, head_dim, page_size):
+    # Prefixes of 0, 13 (< a block) and 77 (not a block multiple); 70 new tokens spans two query blocks.
+    _check(dtype, group, 1, head_dim, page_size, [5, 70, 2], [0, 13, 77])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_mixed_decode_and_extend_batch(dtype, page_size, many_splits):
+    _check(dtype, 8, 2, 64, page_size, [1, 7, 1, 33, 1, 2], [200, 0, 3, 64, 0, 90])
+
+
+def test_long_decode_splits_are_merged(many_splits):
+    (q, *_), meta = _scenario(torch.float32, 4, 1, 64, 16, [1, 1], [500, 20])
+    splits, split_len = tri._decode_splits(meta.decode_pages.shape[1] * 16, 2)
+    assert splits > 4 and split_len % tri._DECODE_BLOCK_N == 0
+    _check(torch.float32, 4, 1, 64, 16, [1, 1], [500, 20])
+
+
+def test_strided_qkv_views_and_plan_reuse():
+    """q/k/v sliced from one fused projection; a second layer reuses the cached plan with new data."""
+    (q, k, v, k_cache, v_cache, slots), meta = _scenario(torch.float32, 8, 2, 64, 16, [1, 6, 1], [30, 10, 0])
+    for layer in range(2):
+        qkv = torch.randn(q.shape[0], 12, 64, device=DEVICE) + layer
+        q, k, v = qkv[:, :8], qkv[:, 8:10], qkv[:, 10:]
+        ref.store_kv(k_cache, v_cache, slots, k, v)
+        expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+        got = tri.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+    assert tri._plan_for(meta, q.device) is tri._plan_for(meta, q.device)
+
+
+def test_decode_split_sizing():
+    assert tri._decode_splits(64, 1) == (1, 64)
+    splits, split_len = tri._decode_splits(100_000, 4)
+    assert splits == tri._DECODE_MAX_SPLITS and splits * split_len >= 100_000
+    assert tri._decode_splits(100_000, 10_000)[0] == 1  # a big batch fills the GPU without splitting
