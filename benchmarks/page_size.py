@@ -9,6 +9,7 @@ import argparse
 import time
 
 import torch
+
 from sprig.kernels.attention import AttentionMetadata, paged_attention
 
 SHAPES = [  # (kv heads, head dim, layers): the demo model and the ~100M Llama

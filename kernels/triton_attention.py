@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.triton_utils import dot_precision
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
 from sprig.kernels.triton_utils import TORCH_TO_TL
 
 

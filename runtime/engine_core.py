@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+
 from sprig.radix import RadixCache
 from sprig.runtime.checkpoints import demo_model_path
 from sprig.runtime.engine_config import EngineConfig

@@ -8,6 +8,7 @@ free + evictable + protected == pool size whenever no request holds pages of its
 from __future__ import annotations
 
 import numpy as np
+
 from sprig.radix import RadixCache
 from sprig.runtime.kv_pool import KVPool
 from sprig.runtime.request import Request

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+
 from sprig.runtime.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from torch import nn
+from tqdm import tqdm
+
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import CausalLM, Linear
 from sprig.runtime.model_config import ModelConfig, load_model_config
 from sprig.runtime.quantization import QUANTIZATION_METHODS, Int8Linear
 from sprig.runtime.rope import rope_cos_sin_cache
-from torch import nn
-from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 

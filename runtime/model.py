@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from sprig.kernels.activation import silu_and_mul
 from sprig.kernels.attention import AttentionMetadata, paged_attention, store_kv
 from sprig.kernels.norm import fused_add_rms_norm, rms_norm
 from sprig.kernels.rope import apply_rotary_
 from sprig.runtime.model_config import ModelConfig
 from sprig.runtime.rope import rope_cos_sin_cache
-from torch import nn
 
 
 @dataclass(frozen=True)
@@ -148,5 +149,5 @@ class CausalLM(nn.Module):
         x = x.index_select(0, batch.logits_rows)
         residual = residual.index_select(0, batch.logits_rows)
         x, _ = fused_add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, head).float()
+        logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
+        return logits.float()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
 from sprig.kernels.attention import AttentionMetadata
 from sprig.runtime.kv_pool import KVPool
 from sprig.runtime.model import CausalLM, ForwardBatch

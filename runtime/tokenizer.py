@@ -13,8 +13,9 @@ from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from sprig.runtime.errors import CheckpointError, RequestError
 from tokenizers import Tokenizer as HFTokenizer
+
+from sprig.runtime.errors import CheckpointError, RequestError
 
 MAX_TEMPLATE_OUTPUT_CHARS = 8 << 20  # a rendered prompt beyond this is a template gone wrong
 

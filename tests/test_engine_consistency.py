@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from sprig import Engine
 
 NUM_REQUESTS = 64

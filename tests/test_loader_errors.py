@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
+
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.loader import load_model
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+
 from sprig.runtime.checkpoints import TINY_ARCHITECTURES, checkpoint_path
 from sprig.runtime.kv_pool import KVPool, PoolSize
 from sprig.runtime.loader import load_model
 from sprig.runtime.model_runner import ModelRunner, SeqInput
-from transformers import AutoModelForCausalLM
 
 TOL = 1e-4
 

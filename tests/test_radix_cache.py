@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from sprig.radix import MatchResult, RadixCache, TreeNode
 
 

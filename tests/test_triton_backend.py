@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from sprig.kernels import backend, norm
 from sprig.kernels.backend import KernelSet, default_backend, get_kernels
 
