@@ -59,6 +59,13 @@ def _store_kv_kernel(
 
 
 @triton.jit
+def _load_rows(head_ptr, rows, row_stride, d, mask):
+    """Load [len(rows), D] from one head; masked entries read as 0 (garbage there could be NaN, and 0 * NaN
+    would leak into the output)."""
+    return tl.load(head_ptr + rows[:, None] * row_stride + d[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
 def _page_slots(table_row_ptr, pos, valid, PAGE_SIZE: tl.constexpr):
     """Pool slots of sequence positions `pos`, through one sequence's page table."""
     page = tl.load(table_row_ptr + pos // PAGE_SIZE, mask=valid, other=0)
@@ -108,12 +115,8 @@ def _decode_split_kernel(
         valid = pos < end
         slots = _page_slots(table_ptr + b * table_stride, pos, valid, PAGE_SIZE)
         kv_mask = valid[:, None] & (d < head_dim)[None, :]
-        k = tl.load(
-            kc_ptr + slots[:, None] * kc_slot_stride + kvh * kc_head_stride + d[None, :], mask=kv_mask
-        )
-        v = tl.load(
-            vc_ptr + slots[:, None] * vc_slot_stride + kvh * vc_head_stride + d[None, :], mask=kv_mask
-        )
+        k = _load_rows(kc_ptr + kvh * kc_head_stride, slots, kc_slot_stride, d, kv_mask)
+        v = _load_rows(vc_ptr + kvh * vc_head_stride, slots, vc_slot_stride, d, kv_mask)
         acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     nonempty = l_i > 0  # a split past the end of a short sequence saw no key
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -163,7 +166,7 @@ def _extend_kernel(
     d = tl.arange(0, BLOCK_D)
     d_ok = (d < head_dim)[None, :]
     q_mask = (rows < ext)[:, None] & d_ok
-    q = tl.load(q_ptr + (tok0 + rows)[:, None] * q_row_stride + h * q_head_stride + d[None, :], mask=q_mask)
+    q = _load_rows(q_ptr + h * q_head_stride, tok0 + rows, q_row_stride, d, q_mask)
     m_i = tl.full([BLOCK_M], -1e30, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -173,23 +176,15 @@ def _extend_kernel(
         valid = pos < prefix
         slots = _page_slots(table_ptr + seq * table_stride, pos, valid, PAGE_SIZE)
         kv_mask = valid[:, None] & d_ok
-        k = tl.load(
-            kc_ptr + slots[:, None] * kc_slot_stride + kvh * kc_head_stride + d[None, :], mask=kv_mask
-        )
-        v = tl.load(
-            vc_ptr + slots[:, None] * vc_slot_stride + kvh * vc_head_stride + d[None, :], mask=kv_mask
-        )
+        k = _load_rows(kc_ptr + kvh * kc_head_stride, slots, kc_slot_stride, d, kv_mask)
+        v = _load_rows(vc_ptr + kvh * vc_head_stride, slots, vc_slot_stride, d, kv_mask)
         acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     # New tokens, causal: keys past this block's last row are never needed.
     for n0 in range(0, tl.minimum(ext, m0 + BLOCK_M), BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
         kv_mask = (pos < ext)[:, None] & d_ok
-        k = tl.load(
-            k_ptr + (tok0 + pos)[:, None] * k_row_stride + kvh * k_head_stride + d[None, :], mask=kv_mask
-        )
-        v = tl.load(
-            v_ptr + (tok0 + pos)[:, None] * v_row_stride + kvh * v_head_stride + d[None, :], mask=kv_mask
-        )
+        k = _load_rows(k_ptr + kvh * k_head_stride, tok0 + pos, k_row_stride, d, kv_mask)
+        v = _load_rows(v_ptr + kvh * v_head_stride, tok0 + pos, v_row_stride, d, kv_mask)
         valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None])
         acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows past ext saw nothing
@@ -273,7 +268,15 @@ def store_kv(
     )  # fmt: skip
 
 
-def _decode(q, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float) -> None:
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    plan: _Plan,
+    page_size: int,
+    scale: float,
+) -> None:
     """Flash-decoding over the paged pool for the single-token rows of the batch."""
     n_rows, n_q_heads, head_dim = len(plan.decode_rows), q.shape[1], q.shape[2]
     n_kv_heads = k_cache.shape[1]
@@ -288,6 +291,7 @@ def _decode(q, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float)
         plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
         PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_G=max(_MIN_DOT_ROWS, triton.next_power_of_2(group)),
         BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), num_warps=4,
+        num_stages=2,
     )  # fmt: skip
     _decode_reduce_kernel[(n_rows, n_q_heads)](
         part_out, part_lse, out, plan.decode_rows, out.stride(0), out.stride(1), n_q_heads, head_dim,
@@ -295,18 +299,30 @@ def _decode(q, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float)
     )  # fmt: skip
 
 
-def _extend(q, k, v, k_cache, v_cache, out, plan: _Plan, page_size: int, scale: float) -> None:
+def _extend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    plan: _Plan,
+    page_size: int,
+    scale: float,
+) -> None:
     """Prefix-then-causal attention for the multi-token sequences of the batch."""
     n_q_heads, head_dim = q.shape[1], q.shape[2]
     group = n_q_heads // k.shape[1]
-    block_n = 64 if head_dim <= 128 else 32  # keep q, k, v tiles within shared memory for big heads
+    # Smaller key tiles and more warps where tiles are big (fp32, wide heads): shared memory and registers.
+    wide = q.dtype == torch.float32 or head_dim > 128
+    block_n, warps = (32, 8) if wide else (64, 4)
     _extend_kernel[(len(plan.extend_blocks), n_q_heads)](
         q, k, v, k_cache, v_cache, out, plan.extend_seqs, plan.extend_blocks, plan.extend_table,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1),
         plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
         PAGE_SIZE=page_size, BLOCK_M=_EXTEND_BLOCK_M, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_PRECISION=dot_precision(q.dtype), num_warps=4,
+        DOT_PRECISION=dot_precision(q.dtype), num_warps=warps, num_stages=2,
     )  # fmt: skip
 
 
