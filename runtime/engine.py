@@ -46,10 +46,14 @@ class _Sink:
         self.queue: queue.Queue[_Event] | asyncio.Queue[_Event] = asyncio.Queue() if loop else queue.Queue()
 
     def put(self, event: _Event) -> None:
+        """Hand an event over; raises ConnectionError when the caller's event loop is gone."""
         if self.loop is None:
             self.queue.put(event)
-        else:
+            return
+        try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the loop was closed: nobody will read this request's output
+            raise ConnectionError("the caller's event loop is closed") from None
 
 
 def result_of(req: Request, finished: bool) -> dict[str, Any]:

@@ -230,9 +230,18 @@ class EngineCore:
             self.counters.finished_requests += 1
         self.counters.cached_tokens += req.cached_tokens
         if req.on_update is not None:
-            req.on_update(req, True)
+            try:
+                req.on_update(req, True)
+            except Exception:  # noqa: BLE001 - a caller that went away must not stop the engine
+                logger.debug("could not deliver the result of %s", req.rid, exc_info=True)
 
     def notify(self, updated: list[Request]) -> None:
+        """Report progress to streaming callers; a caller that is gone gets its request aborted."""
         for req in updated:
-            if not req.finished and req.on_update is not None:
+            if req.finished or req.on_update is None:
+                continue
+            try:
                 req.on_update(req, False)
+            except Exception:  # noqa: BLE001
+                req.on_update = None
+                self.abort(req.rid, "the caller went away")
