@@ -9,7 +9,9 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of the Triton kernels
-pytest.importorskip("triton", reason="triton is not installed (pip install 'sprig[gpu]')")
+pytest.importorskip(
+    "triton", reason="triton is not installed (pip install 'sprig[gpu]')", exc_type=ImportError
+)
 
 from sprig.kernels import attention as ref  # noqa: E402
 from sprig.kernels import triton_attention as tri  # noqa: E402

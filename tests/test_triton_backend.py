@@ -42,7 +42,9 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
 
 
 def test_triton_backend_under_the_interpreter(monkeypatch):
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'sprig[gpu]')")
+    pytest.importorskip(
+        "triton", reason="triton is not installed (pip install 'sprig[gpu]')", exc_type=ImportError
+    )
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     kernels = get_kernels("triton", device="cpu")
     assert kernels.name == "triton"

@@ -9,7 +9,9 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of the Triton kernels
-pytest.importorskip("triton", reason="triton is not installed (pip install 'sprig[gpu]')")
+pytest.importorskip(
+    "triton", reason="triton is not installed (pip install 'sprig[gpu]')", exc_type=ImportError
+)
 
 from sprig.kernels import activation, norm, rope, triton_activation, triton_bitmask, triton_norm, triton_rope  # noqa: E402  # noqa: E402
 
