@@ -1,0 +1,171 @@
+"""Behaviour of `StopChecker`: stop ids, EOS, stop strings across tokens, lengths, and stream holdback.
+
+Most tests feed text pieces through a fake detokenizer so each token's text is chosen by the test; one test runs
+the real `IncrementalDetokenizer` over a tiny checkpoint's tokenizer.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tokenizers import Tokenizer
+
+from sprig.runtime.checkpoints import checkpoint_path
+from sprig.runtime.detokenizer import IncrementalDetokenizer
+from sprig.runtime.sampling_params import SamplingParams
+from sprig.runtime.stop_checker import FinishReason, FinishType, StopChecker
+
+EOS = 0
+
+
+class Pieces:
+    """A fake detokenizer: token id i decodes to `pieces[i]`; `tail` is what flush() releases."""
+
+    def __init__(self, pieces: dict[int, str], tail: str = "") -> None:
+        self.pieces = pieces
+        self.tail = tail
+        self.fed: list[int] = []
+
+    def add(self, token_id: int) -> str:
+        self.fed.append(token_id)
+        return self.pieces.get(token_id, "")
+
+    def flush(self) -> str:
+        tail, self.tail = self.tail, ""
+        return tail
+
+
+def run(params: SamplingParams, pieces: list[str], ids: list[int] | None = None,
+        tail: str = "") -> tuple[list[str], FinishReason | None, StopChecker]:
+    """Feed tokens 1..n (text `pieces`) or `ids`; return the deltas, the finish reason and the checker."""
+    ids = ids if ids is not None else list(range(1, len(pieces) + 1))
+    table = {i + 1: p for i, p in enumerate(pieces)}
+    detok = Pieces(table, tail)
+    checker = StopChecker(params, eos_token_ids=[EOS])
+    deltas = []
+    for tok in ids:
+        step = checker.step(tok, detok)
+        deltas.append(step.delta)
+        if step.finish is not None:
+            return deltas, step.finish, checker
+    return deltas, None, checker
+
+
+def test_stop_string_split_across_tokens_is_found_and_cut() -> None:
+    deltas, finish, checker = run(SamplingParams(stop=["END"]), ["Hello E", "N", "D and more"])
+    assert finish == FinishReason(FinishType.STOP, "END")
+    assert "".join(deltas) == checker.text == "Hello "
+    assert finish.to_dict() == {"type": "stop", "matched": "END"}
+
+
+def test_stream_holds_back_a_possible_stop_prefix_then_releases_it() -> None:
+    deltas, finish, _ = run(SamplingParams(stop=["END"], max_new_tokens=4), ["Hi E", "N", "x", "!"])
+    assert deltas == ["Hi ", "", "ENx", "!"]  # "E" and "EN" could begin "END"; "ENx" cannot
+    assert finish == FinishReason(FinishType.LENGTH)
+
+
+def test_earliest_stop_string_wins_and_text_after_it_is_dropped() -> None:
+    deltas, finish, _ = run(SamplingParams(stop=["world", "lo w"]), ["hello world tail"])
+    assert finish is not None and finish.matched == "lo w"
+    assert "".join(deltas) == "hel"
+
+
+def test_stop_token_id_is_kept_in_ids_but_its_text_is_not_returned() -> None:
+    deltas, finish, checker = run(SamplingParams(stop_token_ids=[3]), ["a", "b", "<stop>", "c"])
+    assert finish == FinishReason(FinishType.STOP, 3)
+    assert "".join(deltas) == "ab" and checker.num_tokens == 3
+
+
+def test_eos_stops_unless_ignore_eos() -> None:
+    _, finish, _ = run(SamplingParams(), ["a"], ids=[1, EOS])
+    assert finish == FinishReason(FinishType.STOP, EOS)
+    _, finish, checker = run(SamplingParams(ignore_eos=True, max_new_tokens=3), ["a"], ids=[1, EOS, 1])
+    assert finish == FinishReason(FinishType.LENGTH) and checker.num_tokens == 3
+    _, finish, _ = run(SamplingParams(ignore_eos=True, stop_token_ids=[EOS]), ["a"], ids=[1, EOS])
+    assert finish == FinishReason(FinishType.STOP, EOS)  # an explicit stop id still stops
+
+
+def test_max_new_tokens_gives_length_and_releases_held_text() -> None:
+    deltas, finish, _ = run(SamplingParams(max_new_tokens=2, stop=["xyz"]), ["ab", "cx"])
+    assert finish == FinishReason(FinishType.LENGTH, None)
+    assert deltas == ["ab", "cx"]  # "x" was a possible prefix, but the request is over
+
+
+def test_nothing_stops_before_min_new_tokens() -> None:
+    params = SamplingParams(min_new_tokens=3, stop=["!"], stop_token_ids=[9], max_new_tokens=10)
+    deltas, finish, _ = run(params, ["a!", "b"] + [""] * 7, ids=[1, 9, 2, 9])
+    assert finish == FinishReason(FinishType.STOP, 9)  # the second 9 is token 4 >= 3
+    assert "".join(deltas) == "a!b"  # the early "!" was not a stop (and token 9 decodes to "")
+
+
+def test_a_stop_string_completed_before_min_is_not_matched_later() -> None:
+    params = SamplingParams(min_new_tokens=2, stop=["ab"], max_new_tokens=3)
+    deltas, finish, _ = run(params, ["ab", "c", "d"])
+    assert finish == FinishReason(FinishType.LENGTH) and "".join(deltas) == "abcd"
+    # ...but one that starts before min and ends after it is
+    deltas, finish, _ = run(SamplingParams(min_new_tokens=2, stop=["ab"]), ["xa", "b", "c"])
+    assert finish == FinishReason(FinishType.STOP, "ab") and "".join(deltas) == "x"
+
+
+def test_detokenizer_tail_is_part_of_the_output_at_finish() -> None:
+    deltas, finish, _ = run(SamplingParams(max_new_tokens=1, stop=["!"]), ["a"], tail="b!c")
+    assert finish == FinishReason(FinishType.STOP, "!") and "".join(deltas) == "ab"
+    deltas, finish, _ = run(SamplingParams(max_new_tokens=1), ["a"], tail="\ufffd")
+    assert "".join(deltas) == "a\ufffd"
+
+
+def test_abort_releases_held_text_and_is_idempotent() -> None:
+    checker = StopChecker(SamplingParams(stop=["STOP"]), [EOS])
+    detok = Pieces({1: "go ST"})
+    assert checker.step(1, detok).delta == "go "
+    first = checker.abort(detok)
+    assert first.delta == "ST" and first.finish == FinishReason(FinishType.ABORT)
+    again = checker.abort(detok)
+    assert again.delta == "" and again.finish == FinishReason(FinishType.ABORT)
+    with pytest.raises(RuntimeError):
+        checker.step(1, detok)
+
+
+def reference(pieces: list[str], stops: list[str], max_new: int) -> tuple[str, str | None]:
+    """The text a request returns: at the first token whose text completes a stop, cut at the earliest start."""
+    text = ""
+    for piece in pieces[:max_new]:
+        text += piece
+        starts = [(text.find(s), i) for i, s in enumerate(stops) if s in text]
+        if starts:
+            start, first = min(starts)  # ties: the stop listed first
+            return text[:start], stops[first]
+    return text, None
+
+
+def test_random_streams_match_the_reference_and_never_show_cut_text() -> None:
+    rng = random.Random(0)
+    for _ in range(400):
+        stops = ["".join(rng.choices("ab\n", k=rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+        pieces = ["".join(rng.choices("ab\nc", k=rng.randint(0, 3))) for _ in range(rng.randint(1, 12))]
+        deltas, finish, checker = run(SamplingParams(stop=stops, max_new_tokens=len(pieces)), pieces)
+        expected, matched = reference(pieces, stops, len(pieces))
+        assert "".join(deltas) == checker.text == expected, (stops, pieces)
+        assert finish is not None and finish.matched == matched
+        shown = ""
+        for d in deltas:  # every prefix shown while streaming is a prefix of the final text
+            shown += d
+            assert expected.startswith(shown)
+
+
+def test_with_the_real_detokenizer_a_stop_string_spanning_many_tokens() -> None:
+    tok = Tokenizer.from_file(str(checkpoint_path("tiny-llama") / "tokenizer.json"))
+    text = "The answer is 42.\n\nQuestion: what next?"
+    ids = tok.encode(text).ids
+    checker = StopChecker(SamplingParams(stop=["\n\nQuestion:"], max_new_tokens=len(ids)), [EOS])
+    detok = IncrementalDetokenizer(tok, [])
+    streamed = ""
+    for t in ids:
+        step = checker.step(t, detok)
+        streamed += step.delta
+        assert "\n\n" not in streamed  # the stop's first characters were never streamed
+        if step.finish:
+            break
+    assert step.finish == FinishReason(FinishType.STOP, "\n\nQuestion:")
+    assert streamed == "The answer is 42."
