@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from sprig.runtime.errors import RequestError
+
 
 class ErrorCode(str, Enum):
     """Stable machine-readable reasons carried by `SamplingParamsError.code`."""
@@ -37,14 +39,11 @@ class ErrorCode(str, Enum):
     CONFLICT = "conflicting_parameters"
 
 
-class SamplingParamsError(ValueError):
+class SamplingParamsError(RequestError):
     """An invalid sampling parameter; `param` is the field name, `code` an `ErrorCode` value (a str)."""
 
     def __init__(self, param: str | None, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code.value
+        super().__init__(message, param=param, code=code.value)
 
 
 # Bounds that are not model-dependent; `validate` takes the model-dependent ones as arguments.
