@@ -1,0 +1,116 @@
+"""Compile every Triton kernel for a CUDA architecture ahead of time, without a GPU.
+
+The interpreter (TRITON_INTERPRET=1) proves the kernels' math on CPU but accepts programs the GPU compiler
+rejects (type changes across loop iterations, shapes too small for `tl.dot`) and says nothing about shared
+memory. This lowers each kernel through Triton's real pipeline to a cubin with the ptxas that ships in the
+triton wheel, and reports the shared memory each launch configuration needs.
+
+    python -m sprig.kernels.triton_compile_check 90     # sm_90 (H100/H200); 80 for A100
+
+Must run with TRITON_INTERPRET unset (interpreted kernels cannot be compiled). Relies on `triton.compile` and
+`ASTSource`, Triton's ahead-of-time entry points, which can move between Triton releases.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+_PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr"}  # float32 buffers whatever the activation dtype
+_PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr"}
+_PTR_ARGS_I32 = {"lens_ptr", "seqs_ptr", "blocks_ptr", "mask_ptr"}
+_FLOAT_ARGS = {"eps", "sm_scale_log2"}
+SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}  # bytes of shared memory per block
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One kernel compiled for one configuration."""
+
+    kernel: str
+    config: str
+    shared_bytes: int
+
+
+def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
+    """Triton type strings for `fn`'s arguments: pointers by name, the rest i32 or fp32."""
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in _PTR_ARGS_FP32:
+            sig[name] = "*fp32"
+        elif name in _PTR_ARGS_I64:
+            sig[name] = "*i64"
+        elif name in _PTR_ARGS_I32:
+            sig[name] = "*i32"
+        elif name.endswith("_ptr"):
+            sig[name] = f"*{dtype}"
+        else:
+            sig[name] = "fp32" if name in _FLOAT_ARGS else "i32"
+    return sig
+
+
+def _configs(dtype: str, head_dim: int) -> list[tuple[object, dict, int]]:
+    """(kernel, constexprs, num_warps) for every kernel as the wrappers launch it."""
+    import triton.language as tl
+
+    from sprig.kernels import triton_activation, triton_attention, triton_bitmask, triton_norm, triton_rope
+
+    tl_dtype = {"fp16": tl.float16, "bf16": tl.bfloat16, "fp32": tl.float32}[dtype]
+    prec = "ieee" if dtype == "fp32" else "tf32"
+    block_n, warps = (32, 8) if dtype == "fp32" or head_dim > 128 else (64, 4)
+    attn = dict(PAGE_SIZE=16, BLOCK_D=head_dim, DOT_PRECISION=prec)
+    return [
+        (triton_attention._decode_split_kernel, dict(attn, NUM_SPLITS=8, BLOCK_G=16, BLOCK_N=64), 4),
+        (triton_attention._decode_reduce_kernel, dict(NUM_SPLITS=8, BLOCK_S=8, BLOCK_D=head_dim), 1),
+        (triton_attention._extend_kernel, dict(attn, BLOCK_M=64, BLOCK_N=block_n), warps),
+        (triton_attention._store_kv_kernel, dict(BLOCK_H=8, BLOCK_D=head_dim), 4),
+        (
+            triton_norm._rms_norm_kernel,
+            dict(FUSE_ADD=True, IN_DTYPE=tl_dtype, OUT_DTYPE=tl_dtype, BLOCK=8192),
+            8,
+        ),
+        (
+            triton_rope._rope_kernel,
+            dict(X_DTYPE=tl_dtype, BLOCK_HQ=64, BLOCK_HK=8, BLOCK_HALF=head_dim // 2),
+            4,
+        ),
+        (triton_activation._silu_and_mul_kernel, dict(BLOCK=1024), 4),
+        (triton_bitmask._bitmask_kernel, dict(BLOCK=4096), 4),
+    ]
+
+
+def compile_all(arch: int, dtypes: tuple[str, ...] = ("fp16", "fp32"), head_dim: int = 128) -> list[Compiled]:
+    """Compile every kernel for sm_`arch`; raises on a compile error or a config over the shared-memory limit."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("unset TRITON_INTERPRET: interpreted kernels cannot be compiled")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = GPUTarget("cuda", arch, 32)
+    results = []
+    for dtype in dtypes:
+        for fn, constexprs, warps in _configs(dtype, head_dim):
+            src = ASTSource(fn, _signature(fn, dtype, constexprs), constexprs=constexprs)
+            kernel = triton.compile(src, target=target, options={"num_warps": warps, "num_stages": 2})
+            shared = int(kernel.metadata.shared)
+            config = f"{dtype} D={head_dim} warps={warps}"
+            if shared > SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values())):
+                raise RuntimeError(f"{fn.__name__} {config} needs {shared} B of shared memory on sm_{arch}")
+            results.append(Compiled(fn.__name__, config, shared))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    """Compile for the architecture given as the first argument (default 90) and print the shared memory."""
+    arch = int(argv[0]) if argv else 90
+    for item in compile_all(arch):
+        print(f"sm_{arch} {item.kernel:24} {item.config:22} shared {item.shared_bytes:>7} B")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
