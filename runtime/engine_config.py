@@ -21,6 +21,7 @@ class EngineConfig:
     chunked_prefill_size: int = 512
     max_running_requests: int = 256
     schedule_policy: str = "lpm"
+    disable_mixed_chunk: bool = False  # alternate prefill and decode steps instead of combining them
     schedule_conservativeness: float = 1.0  # scales the KV reserved for running requests' future tokens
     disable_radix_cache: bool = False
     attention_backend: str | None = None
@@ -82,6 +83,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule-conservativeness", type=float, default=d.schedule_conservativeness,
                         help="lower admits more requests at the risk of preemption")
     parser.add_argument("--disable-radix-cache", action="store_true")
+    parser.add_argument("--disable-mixed-chunk", action="store_true",
+                        help="alternate prefill and decode steps instead of running them in one batch")
     parser.add_argument("--attention-backend", default=None, choices=["torch", "triton"])
     parser.add_argument("--context-length", type=int, default=None)
     parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")

@@ -51,7 +51,8 @@ class EngineCore:
         self.model_path = str(config.model_path or demo_model_path())
         load_model_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
-        self.model = load_model(self.model_path, config.dtype, config.quantization, config.device)
+        self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
+                                config.attention_backend)
         self.model_config = self.model.cfg
         self.context_length = min(config.context_length or self.model_config.context_length,
                                   self.model_config.context_length)
@@ -65,6 +66,7 @@ class EngineCore:
             max_running_requests=config.max_running_requests,
             chunked_prefill_size=config.chunked_prefill_size,
             policy=SchedulePolicy(config.schedule_policy),
+            mixed_chunk=not config.disable_mixed_chunk,
             init_new_token_ratio=0.7 * config.schedule_conservativeness,
             min_new_token_ratio=0.15 * config.schedule_conservativeness,
         ))

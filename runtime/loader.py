@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 from tqdm import tqdm
 
+from sprig.kernels.backend import get_kernels
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import CausalLM, Linear
 from sprig.runtime.model_config import ModelConfig, load_model_config
@@ -113,9 +114,12 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
         dest.copy_(tensor.to(dest.dtype))
 
 
-def _build_empty_model(cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str) -> CausalLM:
+def _build_empty_model(
+    cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None
+) -> CausalLM:
+    ops = get_kernels(backend, device)
     with torch.device("meta"):
-        model = CausalLM(cfg, dtype)
+        model = CausalLM(cfg, dtype, ops)
         if quantization == "int8":
             _quantize_linears(model, dtype)
     model = model.to_empty(device=device)
@@ -128,7 +132,11 @@ def _build_empty_model(cfg: ModelConfig, dtype: torch.dtype, quantization: str |
 
 
 def load_model(
-    path: str | Path, dtype: str = "auto", quantization: str | None = None, device: str = "cpu"
+    path: str | Path,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    device: str = "cpu",
+    attention_backend: str | None = None,
 ) -> CausalLM:
     """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors."""
     folder = Path(path)
@@ -137,7 +145,10 @@ def load_model(
     if quantization is not None and quantization not in QUANTIZATION_METHODS:
         raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
     files = _safetensors_files(folder)
-    model = _build_empty_model(cfg, torch_dtype, quantization, device)
+    try:
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend)
+    except ValueError as e:  # an unusable kernel backend
+        raise CheckpointError(str(e)) from None
     targets = _weight_targets(model)
     loaded: set[str] = set()
     unexpected: list[str] = []

@@ -12,10 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sprig.kernels.activation import silu_and_mul
-from sprig.kernels.attention import AttentionMetadata, paged_attention, store_kv
-from sprig.kernels.norm import fused_add_rms_norm, rms_norm
-from sprig.kernels.rope import apply_rotary_
+from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.runtime.model_config import ModelConfig
 from sprig.runtime.rope import rope_cos_sin_cache
 
@@ -44,23 +42,29 @@ class Linear(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
         self.eps = eps
+        self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return self.ops.rms_norm(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual)."""
+        return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
         super().__init__()
         self.cfg = cfg
+        self.ops = ops
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, False, dtype)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
         self.scale = cfg.head_dim**-0.5
 
     def forward(
@@ -81,29 +85,30 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         else:
             q, k = q.contiguous(), k.contiguous()
-        apply_rotary_(q, k, batch.positions, cos_sin)
-        store_kv(k_cache, v_cache, batch.out_slots, k, v)
-        out = paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
+        self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
+        self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v)
+        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
         return self.o_proj(out.reshape(-1, cfg.q_size))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
         super().__init__()
+        self.ops = ops
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, dtype)
-        self.mlp = MLP(cfg, dtype)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, dtype, ops)
+        self.mlp = MLP(cfg, dtype, ops)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
     def forward(
         self,
@@ -117,24 +122,25 @@ class DecoderLayer(nn.Module):
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
-            x, residual = fused_add_rms_norm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
+            x, residual = self.input_layernorm.add_and_norm(x, residual)
         x = self.self_attn(x, batch, cos_sin, k_cache, v_cache)
-        w = self.post_attention_layernorm
-        x, residual = fused_add_rms_norm(x, residual, w.weight, w.eps)
+        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
         return self.mlp(x), residual
 
 
 class CausalLM(nn.Module):
     """Embedding → decoder layers → final norm → LM head, run over a ForwardBatch and the KV pool."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet | None = None) -> None:
         super().__init__()
+        ops = ops or get_kernels("torch")
         self.cfg = cfg
         self.dtype = dtype
+        self.ops = ops
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, ops) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, False, dtype)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
@@ -148,6 +154,6 @@ class CausalLM(nn.Module):
             x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache)
         x = x.index_select(0, batch.logits_rows)
         residual = residual.index_select(0, batch.logits_rows)
-        x, _ = fused_add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
+        x, _ = self.norm.add_and_norm(x, residual)
         logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
         return logits.float()

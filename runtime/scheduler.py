@@ -35,6 +35,7 @@ class SchedulerConfig:
     max_running_requests: int = 256
     chunked_prefill_size: int = 512
     policy: SchedulePolicy = SchedulePolicy.LPM
+    mixed_chunk: bool = True  # prefill chunks ride along with decode steps; False alternates the two
     init_new_token_ratio: float = 0.7
     min_new_token_ratio: float = 0.15
     new_token_ratio_decay: float = 0.002
@@ -59,6 +60,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.new_token_ratio = config.init_new_token_ratio
         self.num_preemptions = 0
+        self._last_step_prefilled = False
 
     # --- queue -----------------------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -77,7 +79,12 @@ class Scheduler:
 
     # --- one step --------------------------------------------------------------------------------------
     def schedule(self) -> list[ScheduledSeq]:
-        plan = self._schedule_decodes()
+        alternate = not self.config.mixed_chunk
+        decode_turn = alternate and self._last_step_prefilled
+        plan = self._schedule_decodes() if not alternate or decode_turn else []
+        if decode_turn and plan:
+            self._last_step_prefilled = False
+            return plan
         budget = self.config.chunked_prefill_size
         for req in [r for r in self.running if r.is_prefilling]:
             if budget <= 0:
@@ -88,6 +95,9 @@ class Scheduler:
                 budget -= n
         if budget > 0:
             plan.extend(self._admit(budget))
+        self._last_step_prefilled = any(s.num_tokens > 1 or not s.req.output_ids for s in plan)
+        if alternate and not plan:
+            plan = self._schedule_decodes()  # nothing to prefill: decode now rather than idle a step
         self.new_token_ratio = max(
             self.config.min_new_token_ratio, self.new_token_ratio - self.config.new_token_ratio_decay
         )

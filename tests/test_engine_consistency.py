@@ -51,8 +51,9 @@ def reference(tiny_paths):
         {"max_total_tokens": 8192, "chunked_prefill_size": 16},
         {"max_total_tokens": 8192, "chunked_prefill_size": 4096},
         {"max_total_tokens": 8192, "page_size": 1},
+        {"max_total_tokens": 8192, "chunked_prefill_size": 32, "disable_mixed_chunk": True},
     ],
-    ids=["cache", "no-cache", "chunk16", "chunk4096", "page1"],
+    ids=["cache", "no-cache", "chunk16", "chunk4096", "page1", "alternating"],
 )
 def test_batched_output_equals_each_request_alone(reference, options):
     path, prompts, alone = reference
