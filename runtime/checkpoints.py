@@ -188,6 +188,7 @@ def build_checkpoint(recipe: CheckpointRecipe, folder: Path) -> None:
     torch.manual_seed(recipe.seed)
     model = getattr(transformers, recipe.architecture)(config)
     _randomize_norms(model, recipe.seed)
+    transformers.utils.logging.disable_progress_bar()  # a one-off build needs no "writing shards" bar
     model.save_pretrained(folder, safe_serialization=True)
     gen = transformers.GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1], bos_token_id=None)
     gen.save_pretrained(folder)
