@@ -1,0 +1,85 @@
+"""Runs one model call of a program state against its backend (called on the state's worker thread)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from sprig.lang.document import convert
+from sprig.lang.errors import BackendError
+from sprig.lang.ir import Gen, Select, SelectMethod
+from sprig.lang.select_scoring import decide
+
+if TYPE_CHECKING:
+    from sprig.lang.state import ProgramState
+
+MAX_SEED = 2**63
+
+
+def derive_seed(base: int | None, path: tuple[str, ...], index: int) -> int | None:
+    """A per-call seed from the run's seed, the branch path and the call's position in program order.
+
+    Deterministic whatever the thread timing, and different across branches of a fork (same seed everywhere
+    would make every branch generate the same text).
+    """
+    if base is None:
+        return None
+    digest = hashlib.sha256(f"{base}|{'/'.join(path)}|{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % MAX_SEED
+
+
+def run_gen(state: ProgramState, node: Gen, index: int) -> None:
+    """Generate after the state's prompt, append the text, store the (converted) value and meta info."""
+    params = node.params.merged_over(state.config.defaults).to_sampling_params()
+    if "seed" not in params:
+        seed = state.next_seed(index)
+        if seed is not None:
+            params["seed"] = seed
+    prompt = state.doc.prompt()
+    backend = state.config.backend
+    if state.config.stream:
+        text, meta, ids = "", {}, None
+        for chunk in backend.stream(prompt, params):
+            text += chunk.delta
+            state.emit_partial(node.name, chunk.delta)
+            meta, ids = chunk.meta or meta, chunk.token_ids or ids
+        _raise_if_aborted(meta)
+        state.end_var(node.name, text, ids)
+    else:
+        out = backend.generate(prompt, params)
+        text, meta = out.text, dict(out.meta)
+        _raise_if_aborted(meta)
+        state.emit(node.name, text, out.token_ids)
+        state.close_var(node.name)
+    state.store(node.name, convert(text, node.dtype, node.name), meta)
+
+
+def run_select(state: ProgramState, node: Select) -> None:
+    """Score each choice after the prompt, append the winner, store it with the scores as meta info."""
+    items = state.config.backend.score_choices(state.doc.prompt(), node.choices,
+                                               unconditional=node.method is SelectMethod.UNCONDITIONAL_NORMALIZED)
+    decision = decide(node.method, items)
+    choice = node.choices[decision.index]
+    meta: dict[str, Any] = {
+        "method": node.method.value,
+        "choices": list(node.choices),
+        "choice": choice,
+        "index": decision.index,
+        "scores": list(decision.scores),
+        "normalized_logprobs": list(decision.normalized),
+        "token_logprobs": [list(it.logprobs) for it in items],
+        "tokens": [list(it.tokens) for it in items],
+        "cached_tokens": [it.meta.get("cached_tokens") for it in items],
+        "prompt_tokens": [it.meta.get("prompt_tokens") for it in items],
+    }
+    if node.method is SelectMethod.UNCONDITIONAL_NORMALIZED:
+        meta["unconditional_token_logprobs"] = [list(it.unconditional or ()) for it in items]
+    state.emit(node.name, choice)
+    state.close_var(node.name)
+    state.store(node.name, choice, meta)
+
+
+def _raise_if_aborted(meta: dict[str, Any]) -> None:
+    finish = meta.get("finish_reason") or {}
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        raise BackendError(f"the model call was aborted: {finish.get('message') or 'no reason given'}")
