@@ -4,6 +4,11 @@ The pool of one layer is `k_cache`/`v_cache` of shape [num_pages * page_size, Hk
 page `s // page_size`. A step runs a flat batch of tokens from many sequences: sequences that add one token
 (decode) are attended together in one padded batch, sequences that add several (prefill, or extend after a cached
 prefix) one at a time, causal within the new tokens and full over the prefix.
+
+Decode rows whose page tables start with the same pages (a prefix shared through the radix tree) are attended in
+two parts merged by log-sum-exp: the shared pages once for the whole group, as one matrix product over all its
+queries, and each row's own remaining pages. The shared prefix is then read once per step instead of once per
+request, which is where a prefix-sharing workload spends its decode time on a CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +30,26 @@ class ExtendSeq:
     mask: torch.Tensor | None  # bool [extend_len, seq_len]; None when there is no prefix (plain causal)
 
 
+MIN_SHARED_TOKENS = 64  # shorter common prefixes are not worth a separate pass
+
+
+@dataclass(frozen=True)
+class DecodeGroup:
+    """Decode rows (indices into the decode batch) whose first `pages` are the same."""
+
+    rows: torch.Tensor  # int64 [n]
+    pages: torch.Tensor  # int64 [n_shared_pages]
+
+
+@dataclass(frozen=True)
+class DecodeSplit:
+    """The decode batch as shared-prefix groups plus each row's remaining pages."""
+
+    groups: tuple[DecodeGroup, ...]
+    suffix_pages: torch.Tensor  # int64 [Bd, max_suffix_pages], padded with page 0
+    suffix_mask: torch.Tensor  # float [Bd, 1, 1, max_suffix_pages * page_size]: 0 valid, -inf padding
+
+
 @dataclass(frozen=True)
 class AttentionMetadata:
     """Per-step layout of the flat batch, computed once and shared by every layer."""
@@ -34,6 +59,7 @@ class AttentionMetadata:
     decode_pages: torch.Tensor | None  # int64 [Bd, max_pages] page table, padded with page 0
     decode_mask: torch.Tensor | None  # bool [Bd, 1, 1, max_pages * page_size]: True where a key is valid
     extends: tuple[ExtendSeq, ...]
+    decode_split: DecodeSplit | None = None  # set when some decode rows share prefix pages
 
     @staticmethod
     def build(
@@ -67,9 +93,50 @@ class AttentionMetadata:
             table[i, : len(t)] = t
         lens = torch.tensor(decode_lens)
         mask = torch.arange(max_pages * page_size).unsqueeze(0) < lens.unsqueeze(1)
+        split = _split_shared_prefixes(page_size, decode_tables, decode_lens)
         return AttentionMetadata(
-            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends)
+            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split
         )
+
+
+def _common_prefix_pages(tables: list[torch.Tensor]) -> int:
+    """How many leading pages all tables share, never counting any table's last page (its own)."""
+    limit = min(len(t) for t in tables) - 1
+    if limit <= 0:
+        return 0
+    same = (torch.stack([t[:limit] for t in tables]) == tables[0][:limit]).all(0)
+    return limit if bool(same.all()) else int(same.int().argmin())
+
+
+def _split_shared_prefixes(page_size: int, tables: list[torch.Tensor], lens: list[int]) -> DecodeSplit | None:
+    """Group decode rows by their first page and keep the groups whose common prefix is long enough."""
+    by_first: dict[int, list[int]] = {}
+    for i, t in enumerate(tables):
+        if len(t) > 1:
+            by_first.setdefault(int(t[0]), []).append(i)
+    min_pages = -(-MIN_SHARED_TOKENS // page_size)
+    shared = [0] * len(tables)
+    groups: list[DecodeGroup] = []
+    for rows in by_first.values():
+        if len(rows) < 2:
+            continue
+        n = _common_prefix_pages([tables[i] for i in rows])
+        if n < min_pages:
+            continue
+        groups.append(DecodeGroup(torch.tensor(rows), tables[rows[0]][:n]))
+        for i in rows:
+            shared[i] = n
+    if not groups:
+        return None
+    suffixes = [t[n:] for t, n in zip(tables, shared, strict=True)]
+    width = max(len(t) for t in suffixes)
+    suffix_pages = torch.zeros(len(tables), width, dtype=torch.int64)
+    for i, t in enumerate(suffixes):
+        suffix_pages[i, : len(t)] = t
+    suffix_lens = torch.tensor([n - k * page_size for n, k in zip(lens, shared, strict=True)])
+    valid = torch.arange(width * page_size).unsqueeze(0) < suffix_lens.unsqueeze(1)
+    mask = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+    return DecodeSplit(tuple(groups), suffix_pages, mask)
 
 
 def store_kv(
@@ -101,7 +168,10 @@ def paged_attention(
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv.
     """
     out = torch.empty_like(q)
-    if meta.decode_rows is not None:
+    if meta.decode_split is not None:
+        od = _split_decode_attention(q.index_select(0, meta.decode_rows), k_cache, v_cache, meta, scale)
+        out.index_copy_(0, meta.decode_rows, od)
+    elif meta.decode_rows is not None:
         qd = q.index_select(0, meta.decode_rows).unsqueeze(2)  # [Bd, Hq, 1, D]
         kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
         vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
@@ -121,3 +191,53 @@ def paged_attention(
             oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=seq.mask, scale=scale, enable_gqa=True)
         out[rows] = oe.squeeze(0).transpose(0, 1)
     return out
+
+
+_flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns (out, logsumexp)
+
+
+def _attend_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale + mask) v and its log-sum-exp; q [B, H, L, D], k/v [B, H, T, D] (same H)."""
+    if q.device.type == "cpu":
+        if mask is not None:
+            mask = mask.to(q.dtype)
+        out, lse = _flash_with_lse(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        return out, lse
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.float()).to(q.dtype), lse
+
+
+def _split_decode_attention(
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """Decode attention as (shared prefix per group) ⊕ (own pages per row), merged by log-sum-exp."""
+    split = meta.decode_split
+    bd, hq, d = qd.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    qs = qd.view(bd, hkv, g, d)  # GQA: a kv head's query heads become the query length
+    ks = _gather_pages(k_cache, split.suffix_pages, meta.page_size).transpose(1, 2)
+    vs = _gather_pages(v_cache, split.suffix_pages, meta.page_size).transpose(1, 2)
+    out, lse = _attend_with_lse(qs, ks, vs, split.suffix_mask, scale)  # [Bd, Hkv, G, D], [Bd, Hkv, G]
+    out = out.float()
+    for group in split.groups:
+        n = len(group.rows)
+        kp = _gather_pages(k_cache, group.pages, meta.page_size).transpose(0, 1).unsqueeze(0)
+        vp = _gather_pages(v_cache, group.pages, meta.page_size).transpose(0, 1).unsqueeze(0)
+        qg = qs.index_select(0, group.rows).permute(1, 0, 2, 3).reshape(1, hkv, n * g, d)
+        og, lg = _attend_with_lse(qg, kp, vp, None, scale)  # the whole group's queries in one pass
+        og = og.reshape(hkv, n, g, d).permute(1, 0, 2, 3).float()
+        lg = lg.reshape(hkv, n, g).permute(1, 0, 2)
+        l_own = lse.index_select(0, group.rows)
+        total = torch.logaddexp(l_own, lg)
+        merged = out.index_select(0, group.rows) * torch.exp(l_own - total).unsqueeze(-1) + og * torch.exp(
+            lg - total
+        ).unsqueeze(-1)
+        out.index_copy_(0, group.rows, merged)
+        lse.index_copy_(0, group.rows, total)
+    return out.to(qd.dtype).view(bd, hq, d)
