@@ -39,9 +39,9 @@ def as_backend(obj: Any) -> Backend:
 
 
 def set_default_backend(backend: Any) -> None:
-    """The backend programs use when `run` is given none (a `sprig.Engine` or a backend)."""
+    """The backend programs use when `run` is given none (a `sprig.Engine` or a backend; None clears it)."""
     global _default_backend
-    _default_backend = as_backend(backend)
+    _default_backend = None if backend is None else as_backend(backend)
 
 
 def get_default_backend() -> Backend | None:
