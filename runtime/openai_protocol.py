@@ -1,0 +1,308 @@
+"""OpenAI protocol types: strict pydantic request models and dataclass responses (serialized by orjson).
+
+Policy for request fields (applied the same on every endpoint): types are strict (``"10"`` is not an integer,
+``1`` is not a boolean), unknown top-level fields are ignored like vLLM does (they never reach the engine or the
+chat template), ``null`` means "the default".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StrictModel(BaseModel):
+    """Base of every request model: strict types, extra fields ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+
+
+class StreamOptions(StrictModel):
+    include_usage: bool | None = False
+
+
+class SamplingFields(StrictModel):
+    """Fields shared by /v1/completions and /v1/chat/completions (OpenAI names plus sprig extensions)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = 1
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # sprig / SGLang / vLLM extensions
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = False
+    regex: str | None = None
+    json_schema: dict[str, Any] | str | None = None
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool | None = True
+    timeout: float | None = Field(None, description="seconds before the request is aborted (sprig extension)")
+
+
+class CompletionRequest(SamplingFields):
+    """POST /v1/completions."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    logprobs: int | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class Role(str, Enum):
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ContentPart(StrictModel):
+    type: str
+    text: str | None = None
+
+
+class FunctionCallIn(StrictModel):
+    name: str
+    arguments: str
+
+
+class ToolCallIn(StrictModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
+class ChatMessage(StrictModel):
+    role: Role = Field(strict=False)
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+
+class JsonSchemaFormat(StrictModel):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(StrictModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDef(StrictModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(StrictModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(StrictModel):
+    name: str
+
+
+class NamedToolChoice(StrictModel):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class ChatCompletionRequest(SamplingFields):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage]
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    max_completion_tokens: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+
+# --- responses (dataclasses: orjson serializes them directly, fast on the streaming path) -------------------
+
+
+@dataclass(slots=True)
+class PromptTokensDetails:
+    cached_tokens: int
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+@dataclass(slots=True)
+class CompletionLogprobs:
+    tokens: list[str] = field(default_factory=list)
+    token_logprobs: list[float | None] = field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+    text_offset: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CompletionChoice:
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class CompletionResponse:
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    object: str = "text_completion"
+    system_fingerprint: str | None = None
+
+
+@dataclass(slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+@dataclass(slots=True)
+class ChatLogprobs:
+    content: list[TokenLogprob]
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+@dataclass(slots=True)
+class ChatMessageOut:
+    content: str | None
+    role: str = "assistant"
+    tool_calls: list[ToolCall] | None = None
+
+
+@dataclass(slots=True)
+class ChatChoice:
+    index: int
+    message: ChatMessageOut
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class ChatCompletionResponse:
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage | None = None
+    object: str = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+@dataclass(slots=True)
+class FunctionCallDelta:
+    name: str | None = None
+    arguments: str | None = None
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    index: int
+    function: FunctionCallDelta
+    id: str | None = None
+    type: str | None = None
+
+
+@dataclass(slots=True)
+class ChatDelta:
+    role: str | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+@dataclass(slots=True)
+class ChatChunkChoice:
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class ChatCompletionChunk:
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    object: str = "chat.completion.chunk"
+
+
+@dataclass(slots=True)
+class CompletionChunk:
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    object: str = "text_completion"
+
+
+@dataclass(slots=True)
+class ModelCard:
+    id: str
+    created: int
+    root: str
+    max_model_len: int
+    object: str = "model"
+    owned_by: str = "sprig"
+
+
+@dataclass(slots=True)
+class ModelList:
+    data: list[ModelCard]
+    object: str = "list"

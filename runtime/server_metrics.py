@@ -1,0 +1,117 @@
+"""Prometheus metrics of the server (prometheus-client, one registry per app).
+
+Request-level figures (tokens, TTFT, TPOT, latency, errors, tenants) are recorded by the server as requests
+finish; engine figures (running/waiting, KV usage, cache hit rate, preemptions) are read at scrape time from the
+engine's counters without a round trip to the engine thread, so `/metrics` stays fast under load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5)
+COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class EngineCollector(Collector):
+    """Engine gauges read at scrape time (racy reads of ints: fine for monitoring, no engine round trip)."""
+
+    def __init__(self, get_engine: Callable[[], Any]) -> None:
+        self.get_engine = get_engine
+
+    def collect(self) -> Iterator[Metric]:
+        engine = self.get_engine()
+        if engine is None:
+            return
+        core = engine.core
+        total = core.kv.total_tokens
+        free = core.pool.num_free_tokens
+        c = core.counters
+        yield _gauge("sprig_num_requests_running", "Requests in the running batch", len(core.scheduler.running))
+        yield _gauge("sprig_num_requests_waiting", "Requests waiting for admission", len(core.scheduler.waiting))
+        yield _gauge("sprig_kv_cache_usage_ratio", "Fraction of KV slots in use (including cached prefixes)",
+                     (total - free) / total if total else 0.0)
+        yield _gauge("sprig_kv_cache_total_tokens", "KV pool size in tokens", total)
+        yield _gauge("sprig_prefix_cache_tokens", "Tokens held by the prefix cache", core.tree.evictable_size
+                     + core.tree.protected_size)
+        yield _gauge("sprig_cache_hit_rate", "Cached prompt tokens / prompt tokens since start",
+                     c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0)
+        yield _counter("sprig_num_preemptions", "Requests preempted for lack of KV", core.scheduler.num_preemptions)
+        yield _counter("sprig_engine_steps", "Engine steps run", c.steps)
+        yield _gauge("sprig_engine_alive", "1 while the engine loop runs", 1.0 if engine.is_alive else 0.0)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+class ServerMetrics:
+    """All server metrics in their own registry."""
+
+    def __init__(self, get_engine: Callable[[], Any]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.prompt_tokens = Counter("sprig_prompt_tokens", "Prompt tokens of finished sequences", registry=r)
+        self.generation_tokens = Counter("sprig_generation_tokens", "Generated tokens", registry=r)
+        self.cached_tokens = Counter("sprig_cached_tokens", "Prompt tokens served from the prefix cache",
+                                     registry=r)
+        self.finished = Counter("sprig_requests_finished", "Sequences finished, by finish reason",
+                                ["finish_reason"], registry=r)
+        self.requests = Counter("sprig_requests", "Generation requests admitted, by endpoint", ["endpoint"],
+                                registry=r)
+        self.errors = Counter("sprig_request_errors", "Error responses, by type and code", ["type", "code"],
+                              registry=r)
+        self.disconnects = Counter("sprig_client_disconnected", "Requests aborted because the client left",
+                                   registry=r)
+        self.timeouts = Counter("sprig_request_timeouts", "Requests aborted at their deadline", registry=r)
+        self.ttft = Histogram("sprig_time_to_first_token_seconds", "Time to first token", buckets=LATENCY_BUCKETS,
+                              registry=r)
+        self.tpot = Histogram("sprig_time_per_output_token_seconds", "Time per output token after the first",
+                              buckets=TPOT_BUCKETS, registry=r)
+        self.e2e = Histogram("sprig_e2e_request_latency_seconds", "End-to-end sequence latency",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.grammar_compile = Histogram("sprig_grammar_compile_seconds", "Grammar compile time",
+                                         buckets=COMPILE_BUCKETS, registry=r)
+        self.tenant_requests = Counter("sprig_tenant_requests", "Requests admitted per API key", ["tenant"],
+                                       registry=r)
+        self.tenant_prompt_tokens = Counter("sprig_tenant_prompt_tokens", "Prompt tokens per API key", ["tenant"],
+                                            registry=r)
+        self.tenant_generation_tokens = Counter("sprig_tenant_generation_tokens", "Generated tokens per API key",
+                                                ["tenant"], registry=r)
+        self.tenant_rejected = Counter("sprig_tenant_rate_limited", "Requests refused by a tenant limit",
+                                       ["tenant", "limit"], registry=r)
+        r.register(EngineCollector(get_engine))
+
+    def observe_grammar_compile(self, seconds: float) -> None:
+        """Hook for the grammar compiler: one compile took `seconds`."""
+        self.grammar_compile.observe(seconds)
+
+    def sequence_finished(self, tenant: str, meta: dict[str, Any], first_token_s: float | None,
+                          end_s: float) -> None:
+        """Record one finished sequence: tokens, finish reason and latencies (seconds since arrival)."""
+        prompt, completion = meta["prompt_tokens"], meta["completion_tokens"]
+        self.prompt_tokens.inc(prompt)
+        self.generation_tokens.inc(completion)
+        self.cached_tokens.inc(meta["cached_tokens"])
+        reason = meta.get("finish_reason") or {}
+        self.finished.labels(str(reason.get("type", "abort"))).inc()
+        self.tenant_prompt_tokens.labels(tenant).inc(prompt)
+        self.tenant_generation_tokens.labels(tenant).inc(completion)
+        self.e2e.observe(end_s)
+        if first_token_s is not None:
+            self.ttft.observe(first_token_s)
+            if completion > 1:
+                self.tpot.observe((end_s - first_token_s) / (completion - 1))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
