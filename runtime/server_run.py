@@ -103,8 +103,14 @@ class GenerationRun:
 
     # --- stopping ---------------------------------------------------------------------------------------------
     def stop(self, cause: StopCause) -> None:
-        if not self.stopped.done():
-            self.stopped.set_result(cause)
+        """End the run for `cause` (the first cause wins and is counted in the metrics)."""
+        if self.stopped.done():
+            return
+        self.stopped.set_result(cause)
+        if cause is StopCause.DISCONNECTED:
+            self.state.metrics.disconnects.inc()
+        elif cause is StopCause.TIMEOUT:
+            self.state.metrics.timeouts.inc()
 
     def watch_disconnect(self, receive: Receive) -> None:
         """Stop the run when the client's connection closes (the body has been read already)."""
@@ -143,9 +149,8 @@ class GenerationRun:
             nxt.cancel()  # why: cancelling the pending read runs the engine stream's finally, which aborts
             await asyncio.gather(nxt, return_exceptions=True)
             self.exhausted = True
-            cause = self.stopped.result() if self.stopped.done() else StopCause.TIMEOUT
-            self._count_stop(cause)
-            raise RunStopped(cause)
+            self.stop(StopCause.TIMEOUT)  # no-op when another cause came first
+            raise RunStopped(self.stopped.result())
 
     async def collect(self) -> list[dict[str, Any]]:
         """Run to the end; the final result of every sequence in index order."""
@@ -179,12 +184,6 @@ class GenerationRun:
         first = self.first_token.get(index)
         self.state.metrics.sequence_finished(self.ticket.tenant.name, self.latest[index]["meta_info"],
                                              None if first is None else first - self.arrival, now - self.arrival)
-
-    def _count_stop(self, cause: StopCause) -> None:
-        if cause is StopCause.DISCONNECTED:
-            self.state.metrics.disconnects.inc()
-        elif cause is StopCause.TIMEOUT:
-            self.state.metrics.timeouts.inc()
 
     @property
     def generated_tokens(self) -> int:
