@@ -7,6 +7,7 @@ inbox; each request reports back through its own queue, so callers never touch e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -15,9 +16,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from sprig.grammar.matcher import GrammarMatcher
+from sprig.runtime.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine_config import EngineConfig
 from sprig.runtime.engine_core import EngineCore
@@ -117,6 +121,7 @@ class Engine:
             self._stopping = True
             self._cv.notify_all()
         self._thread.join(timeout=30)
+        self.core.grammar.shutdown()
 
     @property
     def is_alive(self) -> bool:
@@ -243,13 +248,15 @@ class Engine:
             params = SamplingParams.from_dict(params_list[i]).validate(self.core.vocab_size,
                                                                        max_n=self.config.max_n)
             self.check_lengths(len(ids), params)
+            spec = spec_from_params(params)
+            grammar = self.core.grammar.submit(spec) if spec is not None else None
             base = f"{call_id}-{i}" if count > 1 else rid
             for k in range(params.n):
-                reqs.append(self._request(ids, params, k, lp, namespace, priority, base))
+                reqs.append(self._request(ids, params, k, lp, namespace, priority, base, grammar))
         return reqs, batch
 
     def _request(self, ids: list[int], params: SamplingParams, k: int, lp: LogprobOptions, namespace: str,
-                 priority: int, base: str | None) -> Request:
+                 priority: int, base: str | None, grammar: Future | None) -> Request:
         if params.n > 1 and params.seed is not None:
             params = SamplingParams.from_dict({**params.to_dict(), "seed": (params.seed + k) % (2**63)})
         rid = base or uuid.uuid4().hex
@@ -260,10 +267,19 @@ class Engine:
             detok=IncrementalDetokenizer(self.tokenizer.hf, ids, params.skip_special_tokens,
                                          params.spaces_between_special_tokens),
             stop=StopChecker(params, self.core.eos_token_ids),
-            logprobs=lp, namespace=namespace, priority=priority,
+            logprobs=lp, namespace=namespace, priority=priority, grammar_future=grammar,
         )
 
+    @staticmethod
+    def _attach_matchers(reqs: list[Request]) -> None:
+        """Give constrained requests their matchers (compilation finished; errors raise RequestError)."""
+        for req in reqs:
+            if req.grammar_future is not None:
+                req.matcher = GrammarMatcher(compiled_or_error(req.grammar_future))
+                req.grammar_future = None
+
     def _submit(self, reqs: list[Request], loop: asyncio.AbstractEventLoop | None, stream: bool) -> _Sink:
+        self._attach_matchers(reqs)
         sink = _Sink(loop)
         for index, req in enumerate(reqs):
             req.on_update = _reporter(sink, index, stream)
@@ -325,6 +341,9 @@ class Engine:
         """Like `generate`, awaitable; `stream=True` returns an async iterator of cumulative dicts."""
         reqs, batch = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                                          top_logprobs_num, **extra)
+        for fut in {id(r.grammar_future): r.grammar_future for r in reqs if r.grammar_future}.values():
+            with contextlib.suppress(Exception):  # errors are raised by _submit, on the same future
+                await asyncio.wrap_future(fut)  # compile without blocking the caller's event loop
         sink = self._submit(reqs, asyncio.get_running_loop(), stream)
         if stream:
             return self._astream(sink, reqs)
@@ -399,6 +418,8 @@ class Engine:
             "step_time_s": c.step_time,
             "context_length": core.context_length,
             "page_size": core.pool.page_size,
+            "jump_forward_tokens": c.jump_forward_tokens,
+            "grammar": core.grammar.stats(),
         }
 
 

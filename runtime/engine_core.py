@@ -10,6 +10,7 @@ import torch
 
 from sprig.radix import RadixCache
 from sprig.runtime.checkpoints import demo_model_path
+from sprig.runtime.constraints import ConstraintService, fill_bitmask
 from sprig.runtime.engine_config import EngineConfig
 from sprig.runtime.kv_cache import KVCacheManager
 from sprig.runtime.kv_pool import KVPool, choose_pool_size
@@ -17,8 +18,9 @@ from sprig.runtime.loader import load_model, resolve_dtype
 from sprig.runtime.model_config import load_model_config
 from sprig.runtime.model_runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.request import Request, RequestStatus
-from sprig.runtime.sampler import Sampler, SamplingBatch
+from sprig.runtime.sampler import SampleOutput, Sampler, SamplingBatch
 from sprig.runtime.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
+from sprig.runtime.stop_checker import FinishReason, FinishType
 from sprig.runtime.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class EngineCounters:
     step_time: float = 0.0
     decode_steps: int = 0
     decode_batch_tokens: int = 0
+    jump_forward_tokens: int = 0
     recent_step_tokens: list[int] = field(default_factory=list)
 
 
@@ -78,6 +81,8 @@ class EngineCore:
         )
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
+        self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
+                                         config.grammar_workers)
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -176,23 +181,53 @@ class EngineCore:
             top_logprobs_num=[r.logprobs.top_logprobs_num for r in reqs],
             device=logits.device,
         )
-        result = self.sampler.sample(logits, batch)
+        bitmask = fill_bitmask([r.matcher for r in reqs], self.vocab_size)
+        result = self.sampler.sample(logits, batch, bitmask)
         next_ids = result.next_token_ids.tolist()
         for j, req in enumerate(reqs):
-            self._guard(req, self._append_token, req, next_ids[j], result, j)
+            self._guard(req, self._append_sampled, req, next_ids[j], result, j)
 
-    def _append_token(self, req: Request, token: int, result, row: int) -> None:
+    def _append_sampled(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
-        req.output_ids.append(token)
-        self.counters.generated_tokens += 1
         if req.logprobs.return_logprob and result.logprobs is not None:
             top = [(v, i) for i, v in result.top_logprobs_of(row)]
             req.output_logprobs.append((float(result.logprobs[row]), token, top))
-        step = req.stop.step(token, req.detok)
-        req.text_delta += step.delta
-        if step.finish is not None:
-            req.finish(step.finish)
+        tokens = [token] if req.matcher is None else self._advance_grammar(req, token)
+        for tok in tokens:
+            req.output_ids.append(tok)
+            self.counters.generated_tokens += 1
+            step = req.stop.step(tok, req.detok)
+            req.text_delta += step.delta
+            if step.finish is not None:
+                req.finish(step.finish)
+                return
+        if req.matcher is not None and req.matcher.is_terminated():
+            req.text_delta += req.stop.abort(req.detok).delta  # release held-back text
+            req.finish(FinishReason(FinishType.STOP, tokens[-1]))
+
+    def _advance_grammar(self, req: Request, token: int) -> list[int]:
+        """Feed the sampled token to the matcher; add the text the grammar forces next (jump-forward)."""
+        matcher = req.matcher
+        if not matcher.accept_token(token):
+            raise RuntimeError(f"grammar rejected sampled token {token}")
+        if self.config.disable_jump_forward or matcher.is_terminated():
+            return [token]
+        jump = matcher.find_jump_forward_tokens()
+        if jump is None:
+            return [token]
+        # The forced text is re-tokenized together with the sampled token (rollback 1) or after it (rollback 0).
+        matcher.rollback(jump.rollback)
+        if not matcher.accept_tokens(jump.token_ids):
+            if jump.rollback:
+                matcher.accept_token(token)
+            return [token]
+        self.counters.jump_forward_tokens += len(jump.token_ids) - jump.rollback
+        if req.logprobs.return_logprob:
+            if jump.rollback:
+                req.output_logprobs.pop()
+            req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
+        return ([] if jump.rollback else [token]) + list(jump.token_ids)
 
     def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int) -> None:
         """Logprob of each prompt token from logprob_start_len, given the tokens before it."""

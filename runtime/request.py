@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -60,6 +61,8 @@ class Request:
     finish_time: float | None = None
     text_delta: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    grammar_future: Future | None = None  # compiling constraint; resolved by the caller before submission
+    matcher: Any = None  # GrammarMatcher of a constrained request
 
     @property
     def fill_ids(self) -> list[int]:
