@@ -227,13 +227,15 @@ def test_json_schema_gen_validates_every_time(engine):
         pytest.skip("the engine has no grammar yet (engine.core.grammar): json_schema is not enforced")
     import jsonschema
 
+    # Bounded, so that every output completes within max_tokens (a random model never stops a number itself).
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                               "age": {"type": "integer"}},
-              "required": ["name", "age"], "additionalProperties": False}
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 999},
+                                               "ok": {"type": "boolean"}},
+              "required": ["name", "age", "ok"], "additionalProperties": False}
 
     @sprig.function
     def extract(s, i):
-        s += f"Record {i}: " + sprig.gen("json", json_schema=schema, max_tokens=64)
+        s += f"Record {i}: " + sprig.gen("json", json_schema=schema, max_tokens=128)
 
     states = extract.run_batch([{"i": i} for i in range(100)], backend=engine, temperature=1.0, seed=3)
     for st in states:
