@@ -46,7 +46,7 @@ class ProgramState:
     """The state of a running program: its text, messages, variables and meta info."""
 
     def __init__(self, config: RunConfig, doc: Document | None = None, variables: dict[str, Any] | None = None,
-                 path: tuple[str, ...] = ("root",)) -> None:
+                 path: tuple[str, ...] = ("root",), gate: threading.Event | None = None) -> None:
         self.config = config
         self.path = path
         self.ret_value: Any = None
@@ -62,6 +62,8 @@ class ProgramState:
         self._children: list[ProgramState] = []
         self._calls = 0  # model calls queued so far: with the path, it seeds each call reproducibly
         self._forks = 0
+        # A branch starts when its parent reaches the fork point (the gate opens with the parent's text).
+        self._gate = gate or _OPEN
 
     # --- appending -----------------------------------------------------------------------------------
     def __iadd__(self, other: Any) -> ProgramState:
@@ -160,6 +162,7 @@ class ProgramState:
 
     def sync(self) -> None:
         """Wait until every operation queued on this state has run."""
+        self._gate.wait()
         with self._cond:
             self._cond.wait_for(lambda: not self._busy and not self._queue)
 
@@ -171,19 +174,28 @@ class ProgramState:
 
     # --- forks ---------------------------------------------------------------------------------------
     def fork(self, n: int) -> ForkGroup:
-        """`n` branches that continue from this state's text; its prefix is cached once for all of them."""
+        """`n` branches that continue from this state's text; its prefix is cached once for all of them.
+
+        Returns at once: the fork happens in program order on this state's queue, and the branches start then.
+        """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InvalidArgumentError("fork needs a positive number of branches", param="n")
-        self.sync()
-        if self._error is not None:
-            raise self._error
-        if self._doc.text:
-            self.config.backend.cache_prefix(self._doc.prompt())  # computed once here, before branches ask for it
         k, self._forks = self._forks, self._forks + 1
-        branches = [ProgramState(self.config, self._doc.copy(), self._vars, (*self.path, f"fork{k}", str(i)))
+        branches = [ProgramState(self.config, None, None, (*self.path, f"fork{k}", str(i)), threading.Event())
                     for i in range(n)]
-        with self._cond:
+        with self._cond:  # atomic with `fail`: either it sees these branches and fails them, or we see it
+            if self._error is not None:
+                raise self._error
             self._children.extend(branches)
+
+        def start_branches() -> None:
+            if self._doc.text:
+                self.config.backend.cache_prefix(self._doc.prompt())  # computed once, before branches ask
+            for b in branches:
+                b._doc, b._vars = self._doc.copy(), dict(self._vars)
+                b._gate.set()
+
+        self._enqueue(start_branches)
         return ForkGroup(branches)
 
     # --- streaming -----------------------------------------------------------------------------------
@@ -229,6 +241,7 @@ class ProgramState:
                 threading.Thread(target=self._drain, name="sprig-state", daemon=True).start()
 
     def _drain(self) -> None:
+        self._gate.wait()
         while True:
             with self._cond:
                 if not self._queue or self._error is not None:
@@ -243,11 +256,15 @@ class ProgramState:
                 self.fail(e)
 
     def fail(self, error: BaseException) -> None:
-        """Record the error that stops this program (the first one wins)."""
+        """Record the error that stops this program (the first one wins); branches not started yet fail too."""
         with self._cond:
             if self._error is None:
                 self._error = error
             self._cond.notify_all()
+            waiting = [c for c in self._children if not c._gate.is_set()]
+        for child in waiting:
+            child.fail(error)
+            child._gate.set()
 
     def mark_finished(self) -> None:
         """The program function returned: end every text iterator of this state and its branches."""
@@ -309,6 +326,10 @@ class ProgramState:
 
     def __repr__(self) -> str:
         return f"ProgramState(path={'/'.join(self.path)}, vars={sorted(self._vars)})"
+
+
+_OPEN = threading.Event()
+_OPEN.set()
 
 
 class ForkGroup:
