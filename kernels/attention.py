@@ -13,7 +13,7 @@ request, which is where a prefix-sharing workload spends its decode time on a CP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +60,12 @@ class AttentionMetadata:
     decode_mask: torch.Tensor | None  # bool [Bd, 1, 1, max_pages * page_size]: True where a key is valid
     extends: tuple[ExtendSeq, ...]
     decode_split: DecodeSplit | None = None  # set when some decode rows share prefix pages
+
+    def to(self, device: torch.device) -> AttentionMetadata:
+        """The same layout with every tensor on `device` (built on the CPU, used where the pool lives)."""
+        if device.type == "cpu":
+            return self
+        return _move(self, device)
 
     @staticmethod
     def build(
@@ -137,6 +143,16 @@ def _split_shared_prefixes(page_size: int, tables: list[torch.Tensor], lens: lis
     valid = torch.arange(width * page_size).unsqueeze(0) < suffix_lens.unsqueeze(1)
     mask = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
     return DecodeSplit(tuple(groups), suffix_pages, mask)
+
+
+def _move(obj, device: torch.device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, tuple):
+        return tuple(_move(x, device) for x in obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return replace(obj, **{f.name: _move(getattr(obj, f.name), device) for f in fields(obj)})
+    return obj
 
 
 def store_kv(

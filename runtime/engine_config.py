@@ -32,6 +32,8 @@ class EngineConfig:
     random_seed: int | None = None  # the shared sampler generator (unseeded requests)
     tp_size: int = 1
     disable_jump_forward: bool = False
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 64
     grammar_workers: int = 2
 
     @classmethod
@@ -91,6 +93,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seed", type=int, default=None)
     parser.add_argument("--tp-size", type=int, default=1)
     parser.add_argument("--disable-jump-forward", action="store_true")
+    parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")
+    parser.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
+                        help="largest decode batch replayed from a CUDA graph")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:

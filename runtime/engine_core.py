@@ -74,6 +74,8 @@ class EngineCore:
             min_new_token_ratio=0.15 * config.schedule_conservativeness,
         ))
         self.runner = ModelRunner(self.model, self.pool)
+        if config.device.startswith("cuda") and not config.disable_cuda_graph:
+            self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
         self.sampler = Sampler(seed=config.random_seed, device=config.device)
         self.vocab_size = self.model_config.vocab_size
         self.eos_token_ids = tuple(self.model_config.eos_token_ids) or (

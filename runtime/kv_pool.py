@@ -69,7 +69,9 @@ class KVPool:
     def __init__(self, cfg: ModelConfig, size: PoolSize, dtype: torch.dtype, device: str = "cpu") -> None:
         self.size = size
         self.page_size = size.page_size
-        shape = (cfg.num_layers, 2, size.num_tokens, cfg.num_kv_heads, cfg.head_dim)
+        # One page beyond the usable ones: padding rows of static (CUDA-graph) batches write there.
+        self.scratch_page = size.num_pages
+        shape = (cfg.num_layers, 2, size.num_tokens + size.page_size, cfg.num_kv_heads, cfg.head_dim)
         self.buffer = torch.zeros(shape, dtype=dtype, device=device)
         self.k_caches = [self.buffer[i, 0] for i in range(cfg.num_layers)]
         self.v_caches = [self.buffer[i, 1] for i in range(cfg.num_layers)]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.runtime.cuda_graph import DEFAULT_BATCH_SIZES, DecodeGraphRunner
 from sprig.runtime.kv_pool import KVPool
 from sprig.runtime.model import CausalLM, ForwardBatch
 
@@ -40,6 +41,12 @@ class ModelRunner:
         self.model = model
         self.pool = pool
         self.device = model.embed_tokens.weight.device
+        self.graph_runner: DecodeGraphRunner | None = None
+
+    def enable_decode_graphs(self, max_context: int, max_batch: int, use_graphs: bool) -> None:
+        """Run decode-only steps from static buffers (CUDA graphs when `use_graphs`)."""
+        sizes = [b for b in DEFAULT_BATCH_SIZES if b < max_batch] + [max_batch]
+        self.graph_runner = DecodeGraphRunner(self.model, self.pool, max_context, sizes, use_graphs)
 
     def build_batch(self, seqs: Sequence[SeqInput]) -> tuple[ForwardBatch, list[int], list[int]]:
         page_size = self.pool.page_size
@@ -75,12 +82,15 @@ class ModelRunner:
             input_ids=torch.tensor(ids, dtype=torch.int64, device=self.device),
             positions=torch.cat(positions).to(self.device),
             out_slots=torch.cat(slots).to(self.device),
-            attn=attn,
+            attn=attn.to(self.device),
             logits_rows=torch.cat(logits_rows).to(self.device),
         )
         return batch, row_start, row_count
 
     def forward(self, seqs: Sequence[SeqInput]) -> StepOutput:
+        if self.graph_runner is not None and self.graph_runner.can_run(seqs):
+            n = len(seqs)
+            return StepOutput(self.graph_runner.run(seqs), list(range(n)), [1] * n)
         batch, row_start, row_count = self.build_batch(seqs)
         logits = self.model(batch, self.pool.k_caches, self.pool.v_caches)
         return StepOutput(logits, row_start, row_count)
