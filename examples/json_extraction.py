@@ -36,9 +36,8 @@ def extract(s: sprig.ProgramState, text: str) -> None:
     s += sprig.assistant(sprig.gen("record", json_schema=SCHEMA, max_tokens=96))
 
 
-def main(engine: Any = None) -> list[dict[str, Any]]:
+def main(engine: Any) -> list[dict[str, Any]]:
     """Extract every text; returns one {"text", "raw", "record" (parsed or None)} per text."""
-    engine = engine or sprig.Engine()
     states = extract.run_batch([{"text": t} for t in TEXTS], backend=engine, temperature=0)
     rows = []
     for text, st in zip(TEXTS, states, strict=True):
@@ -53,4 +52,5 @@ def main(engine: Any = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    with sprig.Engine() as demo:  # the built-in demo model; shut down cleanly at the end
+        main(demo)

@@ -37,9 +37,8 @@ def answer(s: sprig.ProgramState, question: str) -> None:
     s += sprig.assistant(sprig.gen("answer", max_tokens=24, stop="\n"))
 
 
-def main(engine: Any = None) -> dict[str, Any]:
+def main(engine: Any) -> dict[str, Any]:
     """Answer every question; returns the answers and the engine's cache hit rate."""
-    engine = engine or sprig.Engine()
     states = answer.run_batch([{"question": q} for q in QUESTIONS], backend=engine, temperature=0,
                               progress_bar=True)
     for q, st in zip(QUESTIONS, states, strict=True):
@@ -52,4 +51,5 @@ def main(engine: Any = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    with sprig.Engine() as demo:  # the built-in demo model; shut down cleanly at the end
+        main(demo)

@@ -85,9 +85,8 @@ def agent(s: sprig.ProgramState, question: str, max_turns: int = 3) -> list[dict
     return trace
 
 
-def main(engine: Any = None) -> dict[str, Any]:
+def main(engine: Any) -> dict[str, Any]:
     """Run the agent on one question; returns its tool calls and answer."""
-    engine = engine or sprig.Engine()
     st = agent.run(question="How many people live in Paris and Tokyo together?", backend=engine, temperature=0)
     for step in st.ret_value:
         print(f"{step['tool']}({step['args']!r}) -> {step['observation']}")
@@ -96,4 +95,5 @@ def main(engine: Any = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    with sprig.Engine() as demo:  # the built-in demo model; shut down cleanly at the end
+        main(demo)

@@ -32,9 +32,8 @@ def tree_of_thought(s: sprig.ProgramState, problem: str, branching: int = 3, dep
     return path
 
 
-def main(engine: Any = None) -> dict[str, Any]:
+def main(engine: Any) -> dict[str, Any]:
     """Solve one problem; returns the chosen steps, the answer and the text."""
-    engine = engine or sprig.Engine()
     st = tree_of_thought.run(problem="Use 4, 7, 8 and 8 with + - * / to make 24.", backend=engine,
                              temperature=0.8, seed=0)
     for i, step in enumerate(st.ret_value, 1):
@@ -44,4 +43,5 @@ def main(engine: Any = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    with sprig.Engine() as demo:  # the built-in demo model; shut down cleanly at the end
+        main(demo)

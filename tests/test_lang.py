@@ -294,3 +294,24 @@ def test_primitive_argument_errors():
         sprig.user(None)
     with pytest.raises(TypeError):
         sprig.gen("x") + 3
+
+
+def test_a_failure_before_a_fork_fails_its_branches_without_hanging(engine):
+    @sprig.function
+    def prog(s):
+        s += "x" + sprig.gen("a", max_tokens=2, temperature=-1.0)
+        forks = s.fork(3)
+        forks += sprig.gen("b", max_tokens=2)
+        forks.join()
+        return [f.error for f in forks]
+
+    states = prog.run_batch([{}], backend=engine)
+    assert isinstance(states[0].error, ValueError)
+
+    @sprig.function
+    def streamed(s):
+        s += "x" + sprig.gen("a", max_tokens=2, temperature=-1.0)
+
+    st = streamed.run(backend=engine, stream=True)
+    with pytest.raises(ValueError):
+        list(st.text_iter())

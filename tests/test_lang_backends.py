@@ -137,3 +137,21 @@ def test_openai_compatible_chat_completions_and_select(server, engine):
     with pytest.raises(UnsupportedError):
         uncond.run(backend=backend)
     backend.close()
+
+
+def test_endpoint_passes_constraints_through(endpoint, server):
+    import httpx
+
+    if not httpx.get(server.url + "/server_info").json()["server"]["constrained_decoding"]:
+        pytest.skip("the server's engine has no grammar yet")
+
+    @sprig.function
+    def typed(s):
+        s += "n=" + sprig.gen("n", dtype=int, max_tokens=8) + " c=" + sprig.gen("c", choices=["red", "blue"])
+        s += " j=" + sprig.gen("j", json_schema={"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                                 "required": ["ok"], "additionalProperties": False})
+
+    for seed in range(3):
+        st = typed.run(backend=endpoint, temperature=1.0, seed=seed)
+        assert isinstance(st["n"], int) and st["c"] in ("red", "blue")
+        assert isinstance(__import__("json").loads(st["j"])["ok"], bool)
