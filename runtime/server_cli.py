@@ -130,12 +130,12 @@ def _engine_factory(cfg: EngineConfig):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until a signal; returns the exit status."""
-    from sprig.runtime.server import create_app
-
     cfg = config_from_args(args)
     settings = settings_from_args(args)
     auth = Authenticator(args.api_key, load_keys_file(args.api_keys) if args.api_keys else None)
-    sock = bind_socket(settings.host, settings.port)
+    sock = bind_socket(settings.host, settings.port)  # why: before torch loads, so a busy port fails at once
+    from sprig.runtime.server import create_app
+
     port = sock.getsockname()[1]
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     url = f"http://{host}:{port}"
