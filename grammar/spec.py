@@ -1,0 +1,121 @@
+"""What a request asks to be constrained by: the kind of constraint, its text and the JSON options."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class GrammarKind(Enum):
+    """The four kinds of constraint a request can carry."""
+
+    JSON_SCHEMA = "json_schema"  # spec: the schema as JSON text (or a dict, serialized on construction)
+    REGEX = "regex"  # spec: a regular expression the whole output must match
+    CHOICES = "choices"  # spec: the output is exactly one of these strings
+    JSON_OBJECT = "json_object"  # spec: ignored; the output is any JSON object
+
+
+class Whitespace(Enum):
+    """Where generated JSON may put whitespace."""
+
+    COMPACT = "compact"  # {"a":1,"b":[1,2]} -- what json.dumps(separators=(",", ":")) writes
+    SPACED = "spaced"  # {"a": 1, "b": [1, 2]} -- what json.dumps writes by default
+    FLEXIBLE = "flexible"  # up to `max_whitespace` JSON whitespace characters around every token
+
+
+@dataclass(frozen=True)
+class JsonOptions:
+    """How a JSON schema is turned into a grammar.
+
+    strict: refuse keywords that are not JSON Schema vocabulary (True), or ignore them like annotations (False).
+        Validation keywords sprig cannot enforce are refused either way; annotations (title, description,
+        examples, default, ...) are always accepted because they constrain nothing.
+    max_recursion_depth: how many times a recursive ``$ref`` may be entered inside itself; deeper values are
+        not generated (the grammar accepts a subset of the schema's language, never more).
+    any_value_depth: where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
+        arrays and objects inside it may nest down to this depth below the top of the document (a value at
+        depth k gets any_value_depth - k levels). A regex cannot count brackets, so some bound is needed.
+    allow_extra_properties: JSON Schema lets an object that declares `properties` but says nothing about
+        `additionalProperties` have any other keys too (True, exact). False generates only the declared
+        keys there, as OpenAI's strict structured outputs and xgrammar's strict mode do: a subset of the
+        schema's language (output stays valid), much smaller automata, and no invented keys.
+    """
+
+    whitespace: Whitespace = Whitespace.COMPACT
+    max_whitespace: int = 2
+    strict: bool = True
+    max_recursion_depth: int = 3
+    any_value_depth: int = 3
+    allow_extra_properties: bool = True
+
+    def key(self) -> str:
+        return (f"{self.whitespace.value}:{self.max_whitespace}:{int(self.strict)}:{self.max_recursion_depth}"
+                f":{self.any_value_depth}:{int(self.allow_extra_properties)}")
+
+
+PARAM_BY_KIND = {
+    GrammarKind.JSON_SCHEMA: "json_schema",
+    GrammarKind.REGEX: "regex",
+    GrammarKind.CHOICES: "choices",
+    GrammarKind.JSON_OBJECT: "response_format",
+}
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint as the request gave it. Build with the class methods or directly."""
+
+    kind: GrammarKind
+    spec: str | tuple[str, ...] = ""
+    options: JsonOptions = field(default_factory=JsonOptions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.spec, dict):  # why: callers holding a parsed schema should not have to dump it
+            object.__setattr__(self, "spec", json.dumps(self.spec, ensure_ascii=False))
+        elif isinstance(self.spec, list):
+            object.__setattr__(self, "spec", tuple(self.spec))
+
+    @classmethod
+    def json_schema(cls, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> GrammarSpec:
+        text = schema if isinstance(schema, str) else json.dumps(schema, ensure_ascii=False)
+        return cls(GrammarKind.JSON_SCHEMA, text, options or JsonOptions())
+
+    @classmethod
+    def regex(cls, pattern: str) -> GrammarSpec:
+        return cls(GrammarKind.REGEX, pattern)
+
+    @classmethod
+    def choices(cls, choices: list[str] | tuple[str, ...]) -> GrammarSpec:
+        return cls(GrammarKind.CHOICES, tuple(choices))
+
+    @classmethod
+    def json_object(cls, options: JsonOptions | None = None) -> GrammarSpec:
+        return cls(GrammarKind.JSON_OBJECT, "", options or JsonOptions())
+
+    @property
+    def param(self) -> str:
+        """The request field this constraint came from, for error messages."""
+        return PARAM_BY_KIND[self.kind]
+
+    def canonical_key(self) -> str:
+        """A digest equal for specs that compile to the same grammar (JSON re-serialized, key order kept)."""
+        if self.kind is GrammarKind.JSON_SCHEMA:
+            body = _canonical_json(str(self.spec)) + "\x00" + self.options.key()
+        elif self.kind is GrammarKind.JSON_OBJECT:
+            body = self.options.key()
+        elif self.kind is GrammarKind.CHOICES:
+            body = json.dumps(list(self.spec), ensure_ascii=False)
+        else:
+            body = str(self.spec)
+        return hashlib.sha256(f"{self.kind.value}\x00{body}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical_json(text: str) -> str:
+    # why: whitespace and escapes differ between clients; property order is meaning (it is the output order)
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return text  # invalid or too deep: the compiler reports it, the key just has to be stable
