@@ -1,0 +1,80 @@
+"""JSON Schema → regex: parse, index, evaluate, emit, check the size.
+
+    node = schema_to_regex_tree('{"type": "object", "properties": {"a": {"type": "integer"}}}', JsonOptions())
+    node.render()  # the Rust-syntax regex outlines-core compiles
+
+Supported (exactly): type (incl. lists and null), enum, const, properties, required, additionalProperties
+(false, true or a schema), prefixItems, items (also the draft-07 array form with additionalItems), minItems,
+maxItems, minLength, maxLength, pattern (ECMA-262, search semantics), format (date-time, date, time, email,
+uuid, uri, ipv4, ipv6, hostname), minimum, maximum, exclusiveMinimum, exclusiveMaximum, allOf, anyOf, oneOf,
+not and if/then/else (where the complement is expressible), $ref/$defs/definitions/$id/$anchor within the
+document, with recursion up to `max_recursion_depth`. Annotations are accepted. Everything else is refused
+with an error naming the keyword and its JSON pointer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sprig.grammar import regex_ir as ir
+from sprig.grammar.errors import GrammarError, invalid_schema, too_complex
+from sprig.grammar.schema_emit import Emitter
+from sprig.grammar.schema_eval import Evaluator, parse_json
+from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema_values import ArrShape, Node, ObjShape, ValueSet
+from sprig.grammar.spec import JsonOptions
+
+MAX_SCHEMA_CHARS = 4_000_000
+MAX_WEIGHT = 200_000  # why: character positions; beyond this the token automaton takes too long to build
+
+
+def load_schema(schema: str | dict[str, Any] | bool) -> Any:
+    """Parse schema text (exact decimals, no NaN) or pass a parsed schema through."""
+    if not isinstance(schema, str):
+        try:  # why: one path for all inputs: exact decimals, no NaN, a depth check
+            schema = json.dumps(schema, ensure_ascii=False, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise GrammarError(f"schema is not JSON: {str(exc)[:120]}") from None
+        except RecursionError:
+            raise too_complex("schema nested too deeply") from None
+    if len(schema) > MAX_SCHEMA_CHARS:
+        raise too_complex(f"schema longer than {MAX_SCHEMA_CHARS} characters")
+    try:
+        return parse_json(schema)
+    except RecursionError:
+        raise too_complex("schema nested too deeply") from None
+    except ValueError as exc:
+        raise GrammarError(f"invalid JSON in schema: {str(exc)[:120]}") from None
+
+
+def schema_to_regex_tree(schema: str | dict[str, Any] | bool, options: JsonOptions) -> ir.Node:
+    """The regex tree of the JSON texts that are valid instances of `schema` (in sprig's spelling)."""
+    root = load_schema(schema)
+    check_schema_shape(root, "")
+    doc = SchemaDocument.index(root)
+    emitter = Emitter(Evaluator(doc, options), options)
+    try:
+        node = emitter.expr(Node(""), (), 0)
+    except RecursionError:
+        raise too_complex("schema nested too deeply") from None
+    if ir.is_never(node):
+        raise invalid_schema("the schema accepts no JSON value (within the recursion depth)", "")
+    return _checked(node)
+
+
+def json_object_regex_tree(options: JsonOptions) -> ir.Node:
+    """Any JSON object (what response_format {"type": "json_object"} asks for)."""
+    emitter = Emitter(Evaluator(SchemaDocument.index(True), options), options)
+    objects = ValueSet.bottom().only()
+    objects = ValueSet(False, objects.bools, objects.ints, objects.fracs, objects.strings, (), (ObjShape(),))
+    return _checked(emitter.value_set(objects, (), 0))
+
+
+def _checked(node: ir.Node) -> ir.Node:
+    if node.weight > MAX_WEIGHT:
+        raise too_complex(f"about {node.weight} character positions (limit {MAX_WEIGHT})")
+    return node
+
+
+__all__ = ["ArrShape", "json_object_regex_tree", "load_schema", "schema_to_regex_tree"]

@@ -1,0 +1,82 @@
+"""Serialize a value the way a grammar for its schema spells it: compact, keys in the schema's order.
+
+The grammar writes declared properties first, in the order the schema declares them, then any other keys.
+`schema_ordered_dumps` produces that spelling for a given instance (the first object shape that admits the
+instance decides the order), which is what a grammar walk, a few-shot example or a cache key wants.
+Values the schema does not admit are written with their own key order.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from sprig.grammar import strings
+from sprig.grammar.json_schema import load_schema
+from sprig.grammar.json_text import Punctuation
+from sprig.grammar.schema_eval import Evaluator
+from sprig.grammar.schema_refs import SchemaDocument
+from sprig.grammar.schema_values import Node, ValueSet
+from sprig.grammar.spec import JsonOptions
+
+
+class SchemaOrderer:
+    """Reusable for many instances of one schema."""
+
+    def __init__(self, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> None:
+        self.options = options or JsonOptions()
+        self.ev = Evaluator(SchemaDocument.index(load_schema(schema)), self.options)
+        self.item_sep, self.key_sep = Punctuation(self.options).separator_text()
+
+    def dumps(self, value: Any) -> str:
+        text = self._value(value, self.ev.eval(Node(""), ()), ())
+        return text if text is not None else self._plain(value)
+
+    def admits(self, value: Any) -> bool:
+        """Whether the grammar's value set (recursion and nesting bounds aside) contains `value`."""
+        return self._value(value, self.ev.eval(Node(""), ()), ()) is not None
+
+    def _plain(self, value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, separators=(self.item_sep, self.key_sep))
+
+    def _value(self, value: Any, vs: ValueSet, path: tuple[str, ...]) -> str | None:
+        if vs.is_top():
+            return self._plain(value)
+        if value is None:
+            return "null" if vs.null else None
+        if isinstance(value, bool):
+            return self._plain(value) if value in vs.bools else None
+        if isinstance(value, int | float):
+            d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+            part = vs.ints if d == d.to_integral_value() else vs.fracs
+            return self._plain(value) if part.contains(d) else None
+        if isinstance(value, str):
+            return self._plain(value) if strings.member(vs.strings, value) else None
+        if isinstance(value, list):
+            return next((t for t in (self._array(value, s, path) for s in vs.arrays) if t is not None), None)
+        return next((t for t in (self._object(value, s, path) for s in vs.objects) if t is not None), None)
+
+    def _array(self, value: list[Any], shape, path: tuple[str, ...]) -> str | None:
+        if len(value) < shape.min_items or (shape.max_items is not None and len(value) > shape.max_items):
+            return None
+        parts = [self._value(v, self.ev.eval_child(shape.at(i), path), path) for i, v in enumerate(value)]
+        return None if any(p is None for p in parts) else "[" + self.item_sep.join(parts) + "]"  # type: ignore[arg-type]
+
+    def _object(self, value: dict[str, Any], shape, path: tuple[str, ...]) -> str | None:
+        declared = [k for k, _, _ in shape.entries]
+        if any(req and k not in value for k, _, req in shape.entries):
+            return None
+        keys = [k for k in declared if k in value] + [k for k in value if k not in declared]
+        parts = []
+        for key in keys:
+            text = self._value(value[key], self.ev.eval_child(shape.value_for(key), path), path)
+            if text is None:
+                return None
+            parts.append(json.dumps(key, ensure_ascii=False) + self.key_sep + text)
+        return "{" + self.item_sep.join(parts) + "}"
+
+
+def schema_ordered_dumps(schema: str | dict[str, Any] | bool, value: Any, options: JsonOptions | None = None) -> str:
+    """`value` as JSON text with object keys in the order the schema's grammar writes them."""
+    return SchemaOrderer(schema, options).dumps(value)

@@ -1,0 +1,386 @@
+"""JSON Schema keywords → `ValueSet`s: the meaning of each subschema, evaluated on demand.
+
+`Evaluator.eval(expr, path)` computes the values an expression allows at one instance location. Child
+locations (array items, property values) stay lazy `Expr`s inside shapes, so recursion through `$ref` only
+unfolds as far as the emitter descends; `path` lists the `$ref` targets entered on the way down, and a
+target entered more than `max_recursion_depth` times allows nothing there. A `$ref` that comes back to the
+same instance location without descending is a cycle and an error.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from sprig.grammar import strings
+from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, unsupported
+from sprig.grammar.formats import SUPPORTED_FORMATS
+from sprig.grammar.numbers import NumSet
+from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
+from sprig.grammar.schema_refs import SchemaDocument, child_pointer
+from sprig.grammar.schema_values import (
+    BOTTOM,
+    TOP,
+    And,
+    ArrShape,
+    Bound,
+    Expr,
+    Node,
+    NotRepresentable,
+    ObjShape,
+    OneOf,
+    Or,
+    Ref,
+    SFormat,
+    SLits,
+    SPattern,
+    Value,
+    ValueSet,
+    and_,
+    or_,
+    s_and,
+    s_len,
+    s_not,
+    s_or,
+)
+from sprig.grammar.schema_values import Not as NotExpr
+from sprig.grammar.spec import JsonOptions
+
+ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
+    "contentMediaType", "contentEncoding", "contentSchema", "$id", "$anchor", "$defs", "definitions", "$schema",
+    "$vocabulary", "then", "else", "minContains", "maxContains", "additionalItems",
+})
+KNOWN_SCHEMAS = frozenset({
+    "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
+    "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-04/schema",
+})
+VOCABULARY = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains",
+    "maxProperties", "minProperties", "required", "dependentRequired", "prefixItems", "items", "contains",
+    "additionalProperties", "properties", "patternProperties", "propertyNames", "allOf", "anyOf", "oneOf",
+    "not", "if", "then", "else", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "$ref",
+    "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "format", "dependencies",
+})
+TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
+NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
+ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
+OBJECT_KEYS = ("properties", "required", "additionalProperties")
+HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + (
+    "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
+
+
+def canonical(value: Any) -> str:
+    """Canonical JSON text of a parsed value (numbers by value: 1, 1.0 and 1e0 all spell "1")."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | Decimal):
+        d = Decimal(value)
+        return str(int(d)) if d == d.to_integral_value() else format(d.normalize(), "f")
+    if isinstance(value, list):
+        return "[" + ",".join(canonical(v) for v in value) + "]"
+    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonical(v) for k, v in value.items()) + "}"
+
+
+def parse_json(text: str) -> Any:
+    """json.loads with exact decimals and without NaN/Infinity."""
+    def reject(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_float=Decimal, parse_constant=reject)
+
+
+def literal_set(value: Any) -> ValueSet:
+    """The value set holding exactly one JSON value."""
+    bottom = ValueSet.bottom()
+    if value is None:
+        return ValueSet(True, *_rest(bottom, 1))
+    if isinstance(value, bool):
+        return ValueSet(False, frozenset((value,)), *_rest(bottom, 2))
+    if isinstance(value, int | Decimal):
+        d = Decimal(value)
+        integral = d == d.to_integral_value()
+        point_i = NumSet.point(d, True) if integral else NumSet.nothing(True)
+        point_f = NumSet.nothing(False) if integral else NumSet.point(d, False)
+        return ValueSet(False, frozenset(), point_i, point_f, *_rest(bottom, 4))
+    if isinstance(value, str):
+        return ValueSet(False, frozenset(), bottom.ints, bottom.fracs, SLits(frozenset((value,))), (), ())
+    if isinstance(value, list):
+        shape = ArrShape(tuple(Value(canonical(v)) for v in value), BOTTOM, len(value), len(value))
+        return ValueSet(*_rest(bottom, 0)[:5], (shape,), ())
+    shape = ObjShape(tuple((k, Value(canonical(v)), True) for k, v in value.items()), BOTTOM)
+    return ValueSet(*_rest(bottom, 0)[:5], (), (shape,))
+
+
+def _rest(vs: ValueSet, start: int) -> tuple:
+    return (vs.null, vs.bools, vs.ints, vs.fracs, vs.strings, vs.arrays, vs.objects)[start:]
+
+
+class Evaluator:
+    """Evaluates expressions of one schema document into value sets (memoized per location and path)."""
+
+    def __init__(self, doc: SchemaDocument, options: JsonOptions) -> None:
+        self.doc, self.options = doc, options
+        self._memo: dict[tuple[Expr, tuple[str, ...]], ValueSet] = {}
+        self._local: list[str] = []  # $ref targets entered at the current instance location
+
+    def eval(self, expr: Expr, path: tuple[str, ...]) -> ValueSet:
+        key = (expr, path)
+        if key not in self._memo:
+            self._memo[key] = self._eval(expr, path)
+        return self._memo[key]
+
+    def eval_child(self, expr: Expr, path: tuple[str, ...]) -> ValueSet:
+        """Evaluate at a new instance location (one level down)."""
+        saved, self._local = self._local, []
+        try:
+            return self.eval(expr, path)
+        finally:
+            self._local = saved
+
+    def _eval(self, expr: Expr, path: tuple[str, ...]) -> ValueSet:
+        if isinstance(expr, Bound):
+            return self.eval(expr.item, expr.path)
+        if isinstance(expr, Node):
+            return self._eval_schema(expr.pointer, path)
+        if isinstance(expr, Ref):
+            return self._eval_ref(expr, path)
+        if isinstance(expr, And):
+            acc = ValueSet.top()
+            for item in sorted(expr.items, key=repr):
+                acc = acc.intersect(self.eval(item, path), member=strings.member)
+            return acc
+        if isinstance(expr, Or):
+            acc = ValueSet.bottom()
+            for item in sorted(expr.items, key=repr):
+                acc = acc.union(self.eval(item, path))
+            return acc
+        if isinstance(expr, NotExpr):
+            keyword = expr.origin.rsplit("/", 1)[-1] or "not"
+            return self._complement(self.eval(expr.item, path), keyword, expr.origin)
+        if isinstance(expr, OneOf):
+            from sprig.grammar.schema_oneof import exactly_one
+            return exactly_one(self, [self.eval(i, path) for i in expr.items], path, expr.origin)
+        assert isinstance(expr, Value)
+        return literal_set(parse_json(expr.text))
+
+    def _complement(self, vs: ValueSet, keyword: str, pointer: str) -> ValueSet:
+        try:
+            return vs.complement()
+        except NotRepresentable as exc:
+            raise unsupported(keyword, pointer, f"cannot negate a constraint on '{exc}'") from None
+
+    def _eval_ref(self, ref: Ref, path: tuple[str, ...]) -> ValueSet:
+        if ref.pointer in self._local:
+            raise invalid_schema("$ref cycle that never reaches a value", ref.origin)
+        if path.count(ref.pointer) >= self.options.max_recursion_depth:
+            return ValueSet.bottom()  # why: recursion deeper than allowed generates nothing here
+        self._local.append(ref.pointer)
+        try:
+            return self.eval(Node(ref.pointer), path + (ref.pointer,))
+        finally:
+            self._local.pop()
+
+    def _eval_schema(self, pointer: str, path: tuple[str, ...]) -> ValueSet:
+        node = self.doc.lookup(pointer)
+        if node is True or node is False:
+            return ValueSet.top() if node else ValueSet.bottom()
+        if not isinstance(node, dict):
+            raise invalid_schema("a schema must be an object or a boolean", pointer)
+        self._check_keywords(node, pointer)
+        acc = ValueSet.top()
+        for part in self._parts(node, pointer, path):
+            acc = acc.intersect(self.eval(part, path) if isinstance(part, Expr) else part, member=strings.member)
+        return acc
+
+    def _check_keywords(self, node: dict[str, Any], pointer: str) -> None:
+        for key in node:
+            if key in HANDLED or key in ANNOTATIONS or _trivial(key, node):
+                continue
+            if key in VOCABULARY or self.options.strict:
+                raise unsupported(key, child_pointer(pointer, key))
+        schema = node.get("$schema")
+        if schema is not None and (not isinstance(schema, str) or schema.rstrip("#") not in KNOWN_SCHEMAS):
+            raise unsupported("$schema", child_pointer(pointer, "$schema"), "unknown meta-schema")
+
+    def _parts(self, node: dict[str, Any], pointer: str, path: tuple[str, ...]):
+        """What this schema object intersects: value sets per keyword group and lazy sub-expressions."""
+        if "type" in node:
+            yield _types(node["type"], child_pointer(pointer, "type"))
+        if "enum" in node:
+            values = node["enum"]
+            if not isinstance(values, list):
+                raise invalid_schema("enum must be an array", child_pointer(pointer, "enum"))
+            acc = ValueSet.bottom()
+            for value in values:
+                acc = acc.union(literal_set(value))
+            yield acc
+        if "const" in node:
+            yield literal_set(node["const"])
+        if any(k in node for k in NUMBER_KEYS):
+            yield _numbers(node, pointer)
+        if any(k in node for k in STRING_KEYS):
+            yield self._strings(node, pointer)
+        if any(k in node for k in ARRAY_KEYS):
+            yield _arrays(node, pointer, path)
+        if any(k in node for k in OBJECT_KEYS):
+            yield _objects(node, pointer, path, self.options.allow_extra_properties)
+        yield from self._applicators(node, pointer)
+
+    def _applicators(self, node: dict[str, Any], pointer: str):
+        for key in ("allOf", "anyOf", "oneOf"):
+            if key in node:
+                items = _schema_list(node[key], child_pointer(pointer, key))
+                exprs = [Node(child_pointer(pointer, key, i)) for i in range(len(items))]
+                yield (and_(*exprs) if key == "allOf" else
+                       Or(frozenset(exprs)) if key == "anyOf" else OneOf(tuple(exprs), child_pointer(pointer, key)))
+        if "not" in node:
+            yield NotExpr(Node(child_pointer(pointer, "not")), child_pointer(pointer, "not"))
+        if "if" in node:
+            yield _conditional(node, pointer)
+        if "$ref" in node:
+            if not isinstance(node["$ref"], str):
+                raise invalid_schema("$ref must be a string", child_pointer(pointer, "$ref"))
+            yield Ref(self.doc.resolve(node["$ref"], pointer), child_pointer(pointer, "$ref"))
+
+    def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
+        lo = _count(node, "minLength", pointer, 0)
+        hi = _count(node, "maxLength", pointer, None)
+        parts = [s_len(lo, hi)]
+        if "pattern" in node:
+            parts.append(_pattern(node["pattern"], child_pointer(pointer, "pattern")))
+        if "format" in node:
+            fmt = node["format"]
+            if not isinstance(fmt, str):
+                raise invalid_schema("format must be a string", child_pointer(pointer, "format"))
+            if fmt in SUPPORTED_FORMATS:
+                parts.append(SFormat(fmt))
+            elif self.options.strict:
+                raise unsupported("format", child_pointer(pointer, "format"), f"format {fmt[:40]!r}")
+        top = ValueSet.top()
+        return ValueSet(top.null, top.bools, top.ints, top.fracs, s_and(*parts), top.arrays, top.objects)
+
+
+def _conditional(node: dict[str, Any], pointer: str) -> Expr:
+    """if/then/else as (if and then) or (not if and else)."""
+    cond = Node(child_pointer(pointer, "if"))
+    then = Node(child_pointer(pointer, "then")) if "then" in node else TOP
+    other = Node(child_pointer(pointer, "else")) if "else" in node else TOP
+    return or_(and_(cond, then), and_(NotExpr(cond, child_pointer(pointer, "if")), other))
+
+
+def _trivial(key: str, node: dict[str, Any]) -> bool:
+    """Keywords whose given value constrains nothing (uniqueItems: false, minProperties: 0, ...)."""
+    value = node[key]
+    return ((key == "uniqueItems" and value is False) or (key == "minProperties" and value == 0)
+            or (key in ("dependentRequired", "dependentSchemas", "patternProperties") and value == {}))
+
+
+def _types(value: Any, pointer: str) -> ValueSet:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or any(n not in TYPE_NAMES for n in names):
+        raise invalid_schema(f"type must be one of {', '.join(TYPE_NAMES)} or a list of them", pointer)
+    top, out = ValueSet.top(), ValueSet.bottom()
+    return ValueSet("null" in names, top.bools if "boolean" in names else out.bools,
+                    top.ints if {"integer", "number"} & set(names) else out.ints,
+                    top.fracs if "number" in names else out.fracs,
+                    top.strings if "string" in names else out.strings,
+                    top.arrays if "array" in names else (), top.objects if "object" in names else ())
+
+
+def _number(node: dict[str, Any], key: str, pointer: str) -> Decimal | None:
+    value = node.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    if not isinstance(value, int | Decimal):
+        raise invalid_schema(f"{key} must be a number", child_pointer(pointer, key))
+    return Decimal(value)
+
+
+def _numbers(node: dict[str, Any], pointer: str) -> ValueSet:
+    ints, fracs = NumSet.everything(True), NumSet.everything(False)
+    bounds = [("minimum", True, True), ("maximum", False, True), ("exclusiveMinimum", True, False),
+              ("exclusiveMaximum", False, False)]
+    for key, lower, inclusive in bounds:
+        value = _number(node, key, pointer)
+        if value is None:
+            continue
+        if inclusive and node.get("exclusive" + key[:1].upper() + key[1:]) is True:  # draft-04 booleans
+            inclusive = False
+        make = NumSet.at_least if lower else NumSet.at_most
+        ints, fracs = ints.intersect(make(value, inclusive, True)), fracs.intersect(make(value, inclusive, False))
+    top = ValueSet.top()
+    return ValueSet(top.null, top.bools, ints, fracs, top.strings, top.arrays, top.objects)
+
+
+def _count(node: dict[str, Any], key: str, pointer: str, default: int | None) -> int | None:
+    if key not in node:
+        return default
+    value = node[key]
+    if isinstance(value, bool) or not isinstance(value, int | Decimal) or value < 0 or value != int(value):
+        raise invalid_schema(f"{key} must be a non-negative integer", child_pointer(pointer, key))
+    return int(value)
+
+
+def _pattern(value: Any, pointer: str) -> SPattern:
+    if not isinstance(value, str):
+        raise invalid_schema("pattern must be a string", pointer)
+    try:
+        strings.pattern_language(value)
+    except PatternSyntaxError as exc:
+        raise GrammarError(f"invalid regex in pattern at '{pointer}': {exc}", GrammarErrorCode.INVALID_REGEX,
+                           pointer=pointer) from None
+    except PatternUnsupported as exc:
+        raise unsupported("pattern", pointer, str(exc)) from None
+    return SPattern(value)
+
+
+def _schema_list(value: Any, pointer: str) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise invalid_schema("must be a non-empty array of schemas", pointer)
+    return value
+
+
+def _child(pointer: str, path: tuple[str, ...], *tokens: str | int) -> Expr:
+    """A subschema at an instance location one level down, bound to the $ref path above it."""
+    return Bound(Node(child_pointer(pointer, *tokens)), path)
+
+
+def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueSet:
+    prefix: tuple[Expr, ...] = ()
+    tail: Expr = TOP
+    items = node.get("items")
+    if "prefixItems" in node:
+        n = len(_schema_list(node["prefixItems"], child_pointer(pointer, "prefixItems")))
+        prefix = tuple(_child(pointer, path, "prefixItems", i) for i in range(n))
+    if isinstance(items, list):  # draft-07 tuple form: items is the prefix, additionalItems the rest
+        prefix = tuple(_child(pointer, path, "items", i) for i in range(len(items)))
+        if "additionalItems" in node:
+            tail = _child(pointer, path, "additionalItems")
+    elif items is not None:
+        tail = _child(pointer, path, "items")
+    shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None))
+    top = ValueSet.top()
+    return ValueSet(top.null, top.bools, top.ints, top.fracs, top.strings, (shape,), top.objects)
+
+
+def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool) -> ValueSet:
+    props = node.get("properties", {})
+    required = node.get("required", [])
+    if not isinstance(props, dict):
+        raise invalid_schema("properties must be an object", child_pointer(pointer, "properties"))
+    if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
+        raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
+    explicit = "additionalProperties" in node
+    additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
+    entries = [(k, _child(pointer, path, "properties", k), k in required) for k in props]
+    entries += [(k, additional if explicit else TOP, True) for k in dict.fromkeys(required) if k not in props]
+    top = ValueSet.top()
+    return ValueSet(top.null, top.bools, top.ints, top.fracs, top.strings, top.arrays,
+                    (ObjShape(tuple(entries), additional),))
+
+
+__all__ = ["Evaluator", "canonical", "literal_set", "parse_json", "s_not", "s_or"]

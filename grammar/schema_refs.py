@@ -1,0 +1,135 @@
+"""Where every subschema of a JSON Schema document is, and what each `$ref` points to.
+
+Resolution follows JSON Schema 2020-12 for references inside one document: `$id` sets the base URI of a
+schema resource (relative ids resolve against the enclosing one), `$anchor` names a location, and a `$ref`
+is resolved against the base in effect, then looked up as a resource plus a JSON-pointer or anchor fragment.
+References to documents that are not inside the schema (remote refs, the meta-schema) are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urljoin
+
+from sprig.grammar.errors import GrammarError, invalid_schema, too_complex, unsupported
+
+DEFAULT_BASE = "https://sprig.invalid/schema.json"
+MAX_SCHEMA_DEPTH = 200  # why: deeper documents are rejected before anything recursive runs on them
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_SCHEMA_SINGLES = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
+                   "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+
+
+def escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def child_pointer(pointer: str, *tokens: str | int) -> str:
+    return pointer + "".join("/" + escape_token(str(t)) for t in tokens)
+
+
+def join_uri(base: str, ref: str) -> str:
+    if _SCHEME.match(ref):
+        return ref
+    if ref.startswith("#"):
+        return base.split("#", 1)[0] + ref
+    return urljoin(base, ref)
+
+
+@dataclass
+class SchemaDocument:
+    """An indexed schema: subschemas by JSON pointer, resources by URI, anchors by URI#name."""
+
+    root: Any
+    nodes: dict[str, Any] = field(default_factory=dict)
+    base_of: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, str] = field(default_factory=dict)
+    anchors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def index(cls, root: Any) -> SchemaDocument:
+        doc = cls(root)
+        doc.resources[DEFAULT_BASE] = ""
+        stack: list[tuple[Any, str, str, int]] = [(root, "", DEFAULT_BASE, 0)]
+        while stack:
+            node, pointer, base, depth = stack.pop()
+            if depth > MAX_SCHEMA_DEPTH:
+                raise too_complex(f"schema nested deeper than {MAX_SCHEMA_DEPTH} levels", pointer)
+            base = doc._enter(node, pointer, base)
+            if isinstance(node, dict):
+                for key, child_ptr, child in _children(node, pointer):
+                    del key
+                    stack.append((child, child_ptr, base, depth + 1))
+        return doc
+
+    def _enter(self, node: Any, pointer: str, base: str) -> str:
+        self.nodes[pointer] = node
+        if isinstance(node, dict):
+            if isinstance(node.get("$id"), str):
+                base = join_uri(base, node["$id"]).split("#", 1)[0]
+                self.resources.setdefault(base, pointer)
+            for key in ("$anchor", "$dynamicAnchor"):  # a $dynamicAnchor is also a plain anchor for $ref
+                if isinstance(node.get(key), str):
+                    self.anchors.setdefault(f"{base}#{node[key]}", pointer)
+        self.base_of[pointer] = base
+        return base
+
+    def resolve(self, ref: str, at: str) -> str:
+        """The JSON pointer (from the document root) that `$ref: ref` at location `at` refers to."""
+        target = join_uri(self.base_of.get(at, DEFAULT_BASE), ref)
+        uri, _, fragment = target.partition("#")
+        if uri not in self.resources:
+            raise unsupported("$ref", child_pointer(at, "$ref"), f"reference to a document outside the schema ({ref[:80]})")
+        resource = self.resources[uri]
+        if fragment and not fragment.startswith("/"):
+            pointer = self.anchors.get(f"{uri}#{unquote(fragment)}")
+            if pointer is None:
+                raise invalid_schema(f"$ref to unknown anchor {fragment[:60]!r}", child_pointer(at, "$ref"))
+            return pointer
+        pointer = resource + unquote(fragment)
+        self.lookup(pointer, child_pointer(at, "$ref"))
+        return pointer
+
+    def lookup(self, pointer: str, where: str = "") -> Any:
+        """The value at a JSON pointer (indexed subschemas first, else by walking the document)."""
+        if pointer in self.nodes:
+            return self.nodes[pointer]
+        node = self.root
+        for raw in pointer.split("/")[1:]:
+            token = raw.replace("~1", "/").replace("~0", "~")
+            try:
+                node = node[int(token)] if isinstance(node, list) else node[token]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise invalid_schema(f"$ref to a location that does not exist ({pointer[:80]})", where) from None
+        if not (isinstance(node, dict | bool)):
+            raise invalid_schema("$ref to something that is not a schema", where)
+        self.nodes[pointer] = node
+        self.base_of.setdefault(pointer, self.base_of.get("", DEFAULT_BASE))
+        return node
+
+
+def _children(node: dict[str, Any], pointer: str):
+    for key in _SCHEMA_MAPS:
+        value = node.get(key)
+        if isinstance(value, dict):
+            for name, child in value.items():
+                yield key, child_pointer(pointer, key, name), child
+    for key in _SCHEMA_LISTS:
+        value = node.get(key)
+        if isinstance(value, list):
+            for i, child in enumerate(value):
+                yield key, child_pointer(pointer, key, i), child
+    for key in _SCHEMA_SINGLES:
+        value = node.get(key)
+        if isinstance(value, dict | bool):
+            yield key, child_pointer(pointer, key), value
+
+
+def check_schema_shape(node: Any, pointer: str) -> None:
+    if not isinstance(node, dict | bool):
+        raise GrammarError(f"invalid schema at '{pointer or '/'}': a schema must be an object or a boolean",
+                           pointer=pointer or "/")

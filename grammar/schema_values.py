@@ -1,0 +1,361 @@
+"""The meaning of a JSON schema as a set of JSON values, with the boolean algebra JSON Schema needs.
+
+A `ValueSet` splits the values by type: null, booleans, integers and non-integers (interval sets), strings
+(an expression over length, pattern, format and literal atoms) and arrays and objects (unions of shapes
+whose parts are lazy `Expr`s, evaluated only when emitted, which is how recursive schemas stay finite).
+Keywords that apply to one type leave the others untouched, which is JSON Schema's rule. `allOf` is
+intersection, `anyOf` union; `not` and `oneOf` use complement (De Morgan over the atoms of a shape).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+from sprig.grammar.errors import too_complex
+from sprig.grammar.numbers import NumSet
+
+MAX_SHAPES = 256  # why: unions of shapes multiply under intersection and complement
+
+
+class NotRepresentable(Exception):
+    """A complement the shape algebra cannot express (e.g. "some extra property is invalid")."""
+
+
+# ---- lazy schema expressions ----------------------------------------------------------------------------
+
+class Expr:
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Node(Expr):
+    pointer: str  # a subschema of the document, by JSON pointer
+
+
+@dataclass(frozen=True)
+class Ref(Expr):
+    pointer: str  # the same, reached through $ref (counted against the recursion depth)
+    origin: str  # where the $ref is, for error messages
+
+
+@dataclass(frozen=True)
+class Bound(Expr):
+    item: Expr
+    path: tuple[str, ...]  # the $ref targets entered above the schema that holds `item`
+
+
+@dataclass(frozen=True)
+class And(Expr):
+    items: frozenset[Expr]
+
+
+@dataclass(frozen=True)
+class Or(Expr):
+    items: frozenset[Expr]
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    item: Expr
+    origin: str = ""  # the `not`/`if` keyword, for error messages
+
+
+@dataclass(frozen=True)
+class OneOf(Expr):
+    items: tuple[Expr, ...]
+    origin: str
+
+
+@dataclass(frozen=True)
+class Value(Expr):
+    text: str  # one JSON value, canonical text
+
+
+TOP: Expr = And(frozenset())
+BOTTOM: Expr = Or(frozenset())
+
+
+def and_(*items: Expr) -> Expr:
+    flat: set[Expr] = set()
+    for item in items:
+        if item == BOTTOM:
+            return BOTTOM
+        flat.update(item.items if isinstance(item, And) else (item,))
+    if len(flat) == 1:
+        return next(iter(flat))
+    scalars = {i for i in flat if isinstance(i, Value) and i.text[:1] not in "[{"}
+    if len(scalars) > 1:  # why: two different scalar literals never hold at once (their text is canonical)
+        return BOTTOM
+    return And(frozenset(flat))
+
+
+def or_(*items: Expr) -> Expr:
+    flat: set[Expr] = set()
+    for item in items:
+        if item == TOP:
+            return TOP
+        flat.update(item.items if isinstance(item, Or) else (item,))
+    return next(iter(flat)) if len(flat) == 1 else Or(frozenset(flat))
+
+
+def not_(item: Expr) -> Expr:
+    if isinstance(item, Not):
+        return item.item
+    return BOTTOM if item == TOP else TOP if item == BOTTOM else Not(item)
+
+
+# ---- string languages ------------------------------------------------------------------------------------
+
+class SExpr:
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class SLen(SExpr):
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True)
+class SPattern(SExpr):
+    pattern: str  # ECMA-262, search semantics
+
+
+@dataclass(frozen=True)
+class SFormat(SExpr):
+    name: str
+
+
+@dataclass(frozen=True)
+class SLits(SExpr):
+    values: frozenset[str]
+
+
+@dataclass(frozen=True)
+class SAnd(SExpr):
+    items: frozenset[SExpr]
+
+
+@dataclass(frozen=True)
+class SOr(SExpr):
+    items: frozenset[SExpr]
+
+
+@dataclass(frozen=True)
+class SNot(SExpr):
+    item: SExpr
+
+
+S_ALL: SExpr = SAnd(frozenset())
+S_NONE: SExpr = SOr(frozenset())
+
+
+def s_and(*items: SExpr, member=None) -> SExpr:
+    """Intersection; `member(sexpr, text)` lets a literal set absorb the other atoms exactly."""
+    flat: set[SExpr] = set()
+    for item in items:
+        if item == S_NONE:
+            return S_NONE
+        flat.update(item.items if isinstance(item, SAnd) else (item,))
+    lens = [i for i in flat if isinstance(i, SLen)]
+    if len(lens) > 1:
+        flat -= set(lens)
+        his = [x.hi for x in lens if x.hi is not None]
+        flat.add(s_len(max(x.lo for x in lens), min(his) if his else None))
+        flat.discard(S_ALL)
+        if S_NONE in flat:
+            return S_NONE
+    lits = [i for i in flat if isinstance(i, SLits)]
+    if lits and member is not None:
+        others = [i for i in flat if i not in lits]
+        keep = frozenset.intersection(*(x.values for x in lits))
+        keep = frozenset(v for v in keep if all(member(o, v) for o in others))
+        return SLits(keep) if keep else S_NONE
+    return next(iter(flat)) if len(flat) == 1 else SAnd(frozenset(flat))
+
+
+def s_or(*items: SExpr) -> SExpr:
+    flat: set[SExpr] = set()
+    for item in items:
+        if item == S_ALL:
+            return S_ALL
+        flat.update(item.items if isinstance(item, SOr) else (item,))
+    lits = [i for i in flat if isinstance(i, SLits)]
+    if len(lits) > 1:
+        flat -= set(lits)
+        flat.add(SLits(frozenset().union(*(x.values for x in lits))))
+    return next(iter(flat)) if len(flat) == 1 else SOr(frozenset(flat))
+
+
+def s_not(item: SExpr) -> SExpr:
+    if isinstance(item, SNot):
+        return item.item
+    return S_NONE if item == S_ALL else S_ALL if item == S_NONE else SNot(item)
+
+
+def s_len(lo: int, hi: int | None) -> SExpr:
+    if hi is not None and lo > hi:
+        return S_NONE
+    return S_ALL if lo == 0 and hi is None else SLen(lo, hi)
+
+
+# ---- arrays and objects ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArrShape:
+    """Arrays whose item i matches prefix[i] (items beyond the prefix match `items`), with a length range."""
+
+    prefix: tuple[Expr, ...] = ()
+    items: Expr = TOP
+    min_items: int = 0
+    max_items: int | None = None
+
+    def at(self, i: int) -> Expr:
+        return self.prefix[i] if i < len(self.prefix) else self.items
+
+    def trivially_empty(self) -> bool:
+        if self.max_items is not None and self.min_items > self.max_items:
+            return True
+        return any(self.at(i) == BOTTOM for i in range(min(self.min_items, len(self.prefix) + 1)))
+
+
+@dataclass(frozen=True)
+class ObjShape:
+    """Objects with these keys (in output order; value expr, required) and other keys valued by `additional`.
+
+    A key whose expr is BOTTOM is forbidden.
+    """
+
+    entries: tuple[tuple[str, Expr, bool], ...] = ()
+    additional: Expr = TOP
+
+    def value_for(self, key: str) -> Expr:
+        for k, expr, _ in self.entries:
+            if k == key:
+                return expr
+        return self.additional
+
+    def is_required(self, key: str) -> bool:
+        return any(k == key and req for k, _, req in self.entries)
+
+    def trivially_empty(self) -> bool:
+        return any(req and expr == BOTTOM for _, expr, req in self.entries)
+
+
+def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
+    n = max(len(a.prefix), len(b.prefix))
+    his = [x for x in (a.max_items, b.max_items) if x is not None]
+    return ArrShape(tuple(and_(a.at(i), b.at(i)) for i in range(n)), and_(a.items, b.items),
+                    max(a.min_items, b.min_items), min(his) if his else None)
+
+
+def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
+    keys = [k for k, _, _ in a.entries] + [k for k, _, _ in b.entries if all(k != x for x, _, _ in a.entries)]
+    entries = tuple((k, and_(a.value_for(k), b.value_for(k)), a.is_required(k) or b.is_required(k)) for k in keys)
+    return ObjShape(entries, and_(a.additional, b.additional))
+
+
+def array_not(a: ArrShape) -> list[ArrShape]:
+    out: list[ArrShape] = []
+    if a.min_items > 0:
+        out.append(ArrShape(max_items=a.min_items - 1))
+    if a.max_items is not None:
+        out.append(ArrShape(min_items=a.max_items + 1))
+    for i, expr in enumerate(a.prefix):
+        if expr != TOP:
+            out.append(ArrShape((TOP,) * i + (not_(expr),), TOP, i + 1, None))
+    if a.items != TOP:
+        raise NotRepresentable("items")
+    return out
+
+
+def object_not(a: ObjShape) -> list[ObjShape]:
+    out: list[ObjShape] = []
+    for key, expr, required in a.entries:
+        if required:
+            out.append(ObjShape(((key, BOTTOM, False),)))
+        if expr != TOP:
+            out.append(ObjShape(((key, not_(expr), True),)))
+    if a.additional != TOP:
+        raise NotRepresentable("additionalProperties")
+    return out
+
+
+def _shape_product(left, right, meet):
+    if len(left) * len(right) > MAX_SHAPES * 4:
+        raise too_complex("too many alternative object or array shapes")
+    out = []
+    for x, y in itertools.product(left, right):
+        shape = meet(x, y)
+        if not shape.trivially_empty() and shape not in out:
+            out.append(shape)
+    if len(out) > MAX_SHAPES:
+        raise too_complex("too many alternative object or array shapes")
+    return tuple(out)
+
+
+def _shapes_not(shapes, negate, everything):
+    acc = (everything,)
+    for shape in shapes:
+        acc = _shape_product(acc, tuple(negate(shape)), array_and if isinstance(everything, ArrShape) else object_and)
+    return acc
+
+
+# ---- value sets ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ValueSet:
+    """A set of JSON values, by type. Build with `top()`/`bottom()` and the operations."""
+
+    null: bool
+    bools: frozenset[bool]
+    ints: NumSet
+    fracs: NumSet
+    strings: SExpr
+    arrays: tuple[ArrShape, ...]
+    objects: tuple[ObjShape, ...]
+
+    @staticmethod
+    def top() -> ValueSet:
+        return ValueSet(True, frozenset((True, False)), NumSet.everything(True), NumSet.everything(False),
+                        S_ALL, (ArrShape(),), (ObjShape(),))
+
+    @staticmethod
+    def bottom() -> ValueSet:
+        return ValueSet(False, frozenset(), NumSet.nothing(True), NumSet.nothing(False), S_NONE, (), ())
+
+    def only(self, **parts) -> ValueSet:
+        """This set restricted to the given parts, every other type empty."""
+        return replace(ValueSet.bottom(), **{k: getattr(self, k) for k in parts})
+
+    def is_top(self) -> bool:
+        return self == ValueSet.top()
+
+    def intersect(self, other: ValueSet, member=None) -> ValueSet:
+        return ValueSet(self.null and other.null, self.bools & other.bools, self.ints.intersect(other.ints),
+                        self.fracs.intersect(other.fracs), s_and(self.strings, other.strings, member=member),
+                        _shape_product(self.arrays, other.arrays, array_and),
+                        _shape_product(self.objects, other.objects, object_and))
+
+    def union(self, other: ValueSet) -> ValueSet:
+        return ValueSet(self.null or other.null, self.bools | other.bools, self.ints.union(other.ints),
+                        self.fracs.union(other.fracs), s_or(self.strings, other.strings),
+                        _dedupe(self.arrays + other.arrays), _dedupe(self.objects + other.objects))
+
+    def complement(self) -> ValueSet:
+        """Every JSON value not in this set; raises NotRepresentable where the shapes cannot say it."""
+        return ValueSet(not self.null, frozenset((True, False)) - self.bools, self.ints.complement(),
+                        self.fracs.complement(), s_not(self.strings),
+                        _shapes_not(self.arrays, array_not, ArrShape()),
+                        _shapes_not(self.objects, object_not, ObjShape()))
+
+
+def _dedupe(shapes: tuple) -> tuple:
+    out: list = []
+    for shape in shapes:
+        if shape not in out:
+            out.append(shape)
+    if len(out) > MAX_SHAPES:
+        raise too_complex("too many alternative object or array shapes")
+    return tuple(out)
