@@ -1,0 +1,215 @@
+"""Per-request grammar state: fill a bitmask row, accept tokens, roll back, jump forward.
+
+One `GrammarMatcher` per request, created from a shared `CompiledGrammar`. The engine allocates one int32
+bitmask for the whole batch (`allocate_token_bitmask`) on the CPU, asks each constrained request to fill its
+row, and applies it with `sprig.kernels.bitmask.apply_token_bitmask_`. Rows are written by outlines-core in
+native code, so no Python loop runs over the vocabulary on the decode path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from outlines_core import Guide
+
+from sprig.grammar.automaton import CompiledGrammar
+
+MAX_JUMP_BYTES = 256  # why: bounds the work (and the extend pass) of one jump-forward
+
+
+def allocate_token_bitmask(batch: int, vocab_size: int) -> torch.Tensor:
+    """A CPU int32 bitmask for `batch` rows over `vocab_size` tokens, every token allowed.
+
+    Pinned when CUDA is available, so the copy to the device can overlap compute.
+    """
+    words = (vocab_size + 31) // 32
+    mask = torch.full((batch, words), -1, dtype=torch.int32)
+    return mask.pin_memory() if torch.cuda.is_available() else mask
+
+
+@dataclass(frozen=True)
+class JumpForward:
+    """Text the grammar forces next, re-tokenized with the tokens before it.
+
+    The engine rolls back its last `rollback` output tokens (and the matcher, via `rollback`), appends
+    `token_ids` in one extend pass and feeds them to `accept_tokens`.
+    """
+
+    rollback: int
+    token_ids: tuple[int, ...]
+    text: str
+
+
+class GrammarMatcher:
+    """The state of one request inside a compiled grammar."""
+
+    def __init__(self, compiled: CompiledGrammar, max_rollback: int = 64) -> None:
+        self.compiled = compiled
+        self._index = compiled.index
+        self._info = compiled.tokenizer_info
+        self._max_rollback = max_rollback
+        self._guide = Guide(self._index, max_rollback=max_rollback + 1)
+        self._history: deque[tuple[int, int]] = deque(maxlen=max_rollback)  # (token, state before it)
+        self._eos = self._info.eos_token_ids
+        self._guide.advance(self._eos[0], return_tokens=False)  # past the leading sentinel (automaton.py)
+
+    # ---- state ----
+    @property
+    def state(self) -> int:
+        return self._guide.get_state()
+
+    def is_terminated(self) -> bool:
+        """True once an EOS token has been accepted: the output is complete."""
+        return self._guide.is_finished()
+
+    def can_finish(self) -> bool:
+        """True if the text so far is a complete match (EOS is allowed now)."""
+        return not self.is_terminated() and self._index.get_next_state(self.state, self._eos[0]) is not None
+
+    def reset(self) -> None:
+        self._guide.reset()
+        self._guide.advance(self._eos[0], return_tokens=False)
+        self._history.clear()
+
+    # ---- masks ----
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
+        """Write the allowed tokens of the current state into `bitmask[row]` (CPU, int32, contiguous)."""
+        if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+            raise ValueError("bitmask must be a contiguous CPU int32 tensor")
+        target = bitmask[row]
+        if self.is_terminated():  # why: only EOS makes sense after the end; never an all-false row
+            target.zero_()
+            for tok in self._eos:
+                target[tok // 32] |= _bit(tok % 32)
+            return
+        self._guide.write_mask_into(target.data_ptr(), target.numel(), 4)
+
+    def allowed_tokens(self) -> list[int]:
+        """The allowed token ids of the current state (for tests and debugging; slow on big vocabularies)."""
+        return [] if self.is_terminated() else sorted(self._index.get_allowed_tokens(self.state))
+
+    # ---- advancing ----
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; False (and no change) if the grammar does not allow it here."""
+        state = self.state
+        if self.is_terminated() or self._index.get_next_state(state, token_id) is None:
+            return False
+        self._guide.advance(token_id, return_tokens=False)
+        self._history.append((token_id, state))
+        return True
+
+    def accept_tokens(self, token_ids: list[int] | tuple[int, ...]) -> bool:
+        """Accept tokens in order; on the first refusal, undo the ones accepted here and return False."""
+        for n, tok in enumerate(token_ids):
+            if not self.accept_token(tok):
+                self.rollback(n)
+                return False
+        return True
+
+    def accepts_string(self, text: str | bytes) -> bool:
+        """Would the grammar let these bytes follow? (byte by byte, via single-byte tokens; no state change)"""
+        state = self.state
+        byte_tokens = self.compiled.tokenizer_info.single_byte_tokens()
+        for b in text.encode("utf-8") if isinstance(text, str) else text:
+            tok = byte_tokens[b]
+            state = -1 if tok < 0 else self._index.get_next_state(state, tok)
+            if state is None or state < 0:
+                return False
+        return True
+
+    def rollback(self, k: int) -> None:
+        """Undo the last `k` accepted tokens (at most `max_rollback`)."""
+        if k <= 0:
+            return
+        if k > len(self._history):
+            raise ValueError(f"cannot roll back {k} tokens; {len(self._history)} are kept")
+        self._guide.rollback_state(k)
+        for _ in range(k):
+            self._history.pop()
+
+    # ---- jump-forward ----
+    def find_jump_forward_bytes(self) -> bytes:
+        """The bytes every continuation of the current state starts with (empty if there is a choice)."""
+        if self.is_terminated():
+            return b""
+        out = bytearray()
+        state = self.state
+        byte_tokens = self._info.single_byte_tokens()
+        while len(out) < MAX_JUMP_BYTES:
+            forced = forced_byte(self.compiled, state)
+            if forced < 0:
+                break
+            out.append(forced)
+            state = self._index.get_next_state(state, byte_tokens[forced])
+        return bytes(out)
+
+    def find_jump_forward_string(self) -> str:
+        """The forced continuation as text, cut at the last whole character ("" if none)."""
+        return _whole_chars(self.find_jump_forward_bytes())
+
+    def find_jump_forward_tokens(self) -> JumpForward | None:
+        """The forced continuation re-tokenized together with the last output token (see `JumpForward`)."""
+        text = self.find_jump_forward_string()
+        tokenizer = self._info.tokenizer
+        if not text or tokenizer is None:
+            return None
+        for k in (1, 0) if self._history else (0,):
+            plan = self._retokenize(text, k)
+            if plan is not None:
+                return plan
+        return None
+
+    def _retokenize(self, text: str, k: int) -> JumpForward | None:
+        recent = [tok for tok, _ in list(self._history)[len(self._history) - k:]]
+        prefix = b"".join(self._info.token_bytes[t] or b"" for t in recent)
+        try:
+            full = prefix.decode("utf-8") + text
+        except UnicodeDecodeError:
+            return None
+        ids = list(self._info.tokenizer.encode(full, add_special_tokens=False).ids)
+        if b"".join(self._info.token_bytes[t] or b"\x00" for t in ids) != full.encode("utf-8"):
+            return None  # why: the tokenizer rewrote the text (prefix space, normalization): do not guess
+        while recent and ids and ids[0] == recent[0]:
+            recent.pop(0)
+            ids.pop(0)
+        start = self._history[len(self._history) - len(recent)][1] if recent else self.state
+        state = start
+        for tok in ids:
+            state = self._index.get_next_state(state, tok)
+            if state is None:
+                return None
+        return JumpForward(len(recent), tuple(ids), text) if ids else None
+
+
+def forced_byte(compiled: CompiledGrammar, state: int) -> int:
+    """The one byte every continuation from `state` starts with, or -1 (cached per compiled grammar)."""
+    cached = compiled.forced_bytes.get(state)
+    if cached is not None:
+        return cached
+    index, info = compiled.index, compiled.tokenizer_info
+    result = -1
+    if index.get_next_state(state, info.eos_token_ids[0]) is None:  # a complete match is never forced on
+        byte_tokens = info.single_byte_tokens()
+        if all(t >= 0 for t in byte_tokens[1:]):
+            firsts = {b for b in range(1, 256) if index.get_next_state(state, byte_tokens[b]) is not None}
+        else:  # why: without a token per byte, look at every allowed token's first byte (exact, slower)
+            firsts = {info.token_bytes[t][0] for t in index.get_allowed_tokens(state) if info.token_bytes[t]}
+        if len(firsts) == 1 and byte_tokens[next(iter(firsts))] >= 0:
+            result = next(iter(firsts))
+    compiled.forced_bytes[state] = result
+    return result
+
+
+def _bit(j: int) -> int:
+    return -(1 << 31) if j == 31 else 1 << j  # why: int32 bit 31 is the sign bit
+
+
+def _whole_chars(data: bytes) -> str:
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""
