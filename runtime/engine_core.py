@@ -22,6 +22,7 @@ from sprig.runtime.sampler import SampleOutput, Sampler, SamplingBatch
 from sprig.runtime.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
 from sprig.runtime.stop_checker import FinishReason, FinishType
 from sprig.runtime.tokenizer import Tokenizer
+from sprig.runtime.tp_group import TPGroup
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +55,20 @@ class EngineCore:
         self.model_path = str(config.model_path or demo_model_path())
         load_model_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
-        self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
-                                config.attention_backend)
+        # Tensor parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
+        self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 else None
+        self.model = self.tp.model if self.tp is not None else load_model(
+            self.model_path, config.dtype, config.quantization, config.device, config.attention_backend)
         self.model_config = self.model.cfg
         self.context_length = min(config.context_length or self.model_config.context_length,
                                   self.model_config.context_length)
         dtype = resolve_dtype(config.dtype, load_model_config(self.model_path))
-        size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
-                                config.mem_fraction, config.device)
-        self.pool = KVPool(self.model_config, size, dtype, config.device)
+        if self.tp is None:
+            size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
+                                    config.mem_fraction, config.device)
+            self.pool = KVPool(self.model_config, size, dtype, config.device)
+        else:
+            self.pool = self.tp.pool  # this rank's KV heads, as many slots as the tightest rank allows
         self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache)
         self.kv = KVCacheManager(self.pool, self.tree)
         self.scheduler = Scheduler(self.kv, SchedulerConfig(
@@ -73,8 +79,8 @@ class EngineCore:
             init_new_token_ratio=0.7 * config.schedule_conservativeness,
             min_new_token_ratio=0.15 * config.schedule_conservativeness,
         ))
-        self.runner = ModelRunner(self.model, self.pool)
-        if config.device.startswith("cuda") and not config.disable_cuda_graph:
+        self.runner = ModelRunner(self.model, self.pool) if self.tp is None else self.tp.runner()
+        if config.device.startswith("cuda") and not config.disable_cuda_graph and self.tp is None:
             self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
         self.sampler = Sampler(seed=config.random_seed, device=config.device)
         self.vocab_size = self.model_config.vocab_size
@@ -105,7 +111,13 @@ class EngineCore:
             self.abort(rid, error)
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        # A failed tensor-parallel group counts as work so an idle loop wakes up and step() reports it.
+        return self.scheduler.has_work() or (self.tp is not None and self.tp.failed)
+
+    def shutdown(self) -> None:
+        """Release what outlives the loop thread: the other tensor-parallel ranks."""
+        if self.tp is not None:
+            self.tp.shutdown()
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False) while requests hold KV."""
@@ -117,6 +129,8 @@ class EngineCore:
     # --- one step --------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
         """Run one scheduling step; returns the requests whose output changed."""
+        if self.tp is not None:
+            self.tp.raise_if_failed()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan:
@@ -163,15 +177,16 @@ class EngineCore:
                 continue
             if s.num_tokens > 1:
                 self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
-            if done:
+            if done and req.params.max_new_tokens == 0:
+                req.finish(FinishReason(FinishType.LENGTH))  # prompt-only (e.g. prompt logprobs): no sampling
+            elif done:
                 to_sample.append((i, req))
         if to_sample:
             self._sample(to_sample, out)
-        updated = [r for _, r in to_sample]
-        for req in updated:
-            if req.finished:
-                self._retire(req)
-        return updated
+        for s in plan:
+            if s.req.finished:
+                self._retire(s.req)
+        return [r for _, r in to_sample]
 
     def _sample(self, rows: list[tuple[int, Request]], out: StepOutput) -> None:
         reqs = [r for _, r in rows]

@@ -156,3 +156,11 @@ def test_stats_snapshot(engine):
                 "num_preemptions"):
         assert key in s
     assert s["kv_free_tokens"] + s["cache_evictable_tokens"] + s["cache_protected_tokens"] == s["kv_total_tokens"]
+
+
+def test_max_new_tokens_zero_only_prefills(engine):
+    res = engine.generate(input_ids=[11, 200, 301, 45], sampling_params={"max_new_tokens": 0},
+                          return_logprob=True, logprob_start_len=1)
+    assert res["output_ids"] == [] and res["meta_info"]["completion_tokens"] == 0
+    assert res["meta_info"]["finish_reason"]["type"] == "length"
+    assert [t for _, t in res["meta_info"]["input_token_logprobs"]] == [200, 301, 45]
