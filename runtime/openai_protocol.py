@@ -56,6 +56,11 @@ class SamplingFields(StrictModel):
 class CompletionRequest(SamplingFields):
     """POST /v1/completions."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0},
+        {"prompt": ["a", "b"], "max_tokens": 4, "n": 2, "temperature": 0.7, "logprobs": 2, "stream": True},
+    ]})
+
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool | None = False
     logprobs: int | None = None
@@ -130,6 +135,13 @@ class NamedToolChoice(StrictModel):
 
 class ChatCompletionRequest(SamplingFields):
     """POST /v1/chat/completions."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
+        {"messages": [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Hi"}],
+         "max_tokens": 24, "response_format": {"type": "json_object"}, "stream": True, "logprobs": True,
+         "top_logprobs": 2},
+    ]})
 
     messages: list[ChatMessage]
     logprobs: bool | None = False

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
 from sprig.runtime.http_body import read_model
@@ -49,6 +49,11 @@ _TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
 
 class GenerateRequest(StrictModel):
     """POST /generate (SGLang's GenerateReqInput subset)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+        {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 4}, "return_logprob": True, "stream": True},
+    ]})
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
