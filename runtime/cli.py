@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ from sprig.runtime.engine_config import add_engine_args, config_from_args
 from sprig.runtime.errors import SprigError
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
 
 
 def _fail(message: str) -> int:
@@ -76,11 +78,30 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         register(sub)
 
 
+def _torchrun_rank(args: argparse.Namespace) -> int | None:
+    """Under torchrun, every rank but 0 runs the tensor-parallel worker loop instead of the command."""
+    if getattr(args, "tp_size", 1) <= 1 or int(os.environ.get("RANK", "0")) == 0:
+        return None
+    from sprig.runtime.tp_worker import run_torchrun_worker
+
+    return run_torchrun_worker(config_from_args(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        worker_status = _torchrun_rank(args)
+        if worker_status is not None:
+            return worker_status
+        if getattr(args, "tp_size", 1) > 1:
+            from sprig.runtime.tp_group import FailurePolicy, recorded_failure, set_failure_policy
+
+            set_failure_policy(FailurePolicy.EXIT_PROCESS)  # why: a command whose rank died must end, not linger
+            status = int(args.func(args) or 0)
+            failure = recorded_failure()
+            return status if failure is None else EXIT_FAILURE
         return int(args.func(args) or 0)
     except SprigError as e:
         return _fail(str(e))

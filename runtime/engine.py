@@ -116,12 +116,14 @@ class Engine:
         """Abort whatever is in flight and stop the loop thread."""
         if self._stopping:
             return
-        self._call(lambda: self.core.abort_all("engine shut down"))
+        with contextlib.suppress(RuntimeError):  # why: the loop may be dying on its own (it aborts everything then)
+            self._call(lambda: self.core.abort_all("engine shut down"))
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
         self._thread.join(timeout=30)
         self.core.grammar.shutdown()
+        self.core.shutdown()
 
     @property
     def is_alive(self) -> bool:

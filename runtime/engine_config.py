@@ -63,8 +63,8 @@ class EngineConfig:
             raise ValueError("schedule_policy must be 'lpm' or 'fcfs'")
         if self.schedule_conservativeness < 0:
             raise ValueError("schedule_conservativeness must be >= 0")
-        if self.tp_size != 1:
-            raise ValueError("tp_size > 1 is not supported yet")
+        if self.tp_size < 1:
+            raise ValueError("tp_size must be positive")
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -13,6 +14,7 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
+from sprig.runtime.distributed import TPContext
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import CausalLM, Linear
 from sprig.runtime.model_config import ModelConfig, load_model_config
@@ -28,6 +30,16 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints save
 
 
 @dataclass(frozen=True)
+class SourceSlice:
+    """The part of a checkpoint tensor one tensor-parallel rank reads: [start, start + length) along `dim`."""
+
+    dim: int
+    start: int
+    length: int
+    full: int  # the tensor's size along `dim` in a well-formed checkpoint
+
+
+@dataclass(frozen=True)
 class Target:
     """Where one checkpoint tensor goes: rows [row_start, row_start + rows) of a parameter."""
 
@@ -35,6 +47,7 @@ class Target:
     attr: str
     row_start: int = 0
     rows: int | None = None  # None: the whole parameter
+    source: SourceSlice | None = None  # None: the whole checkpoint tensor
 
 
 def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
@@ -46,28 +59,40 @@ def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
 
 
 def _weight_targets(model: CausalLM) -> dict[str, Target]:
-    cfg = model.cfg
-    targets = {"model.embed_tokens.weight": Target(model.embed_tokens, "weight"),
+    cfg, local, plan = model.cfg, model.layer_cfg, model.plan
+    sharded = model.tp.enabled
+
+    def src(dim: int, start: int, length: int, full: int) -> SourceSlice | None:
+        return SourceSlice(dim, start, length, full) if sharded else None  # why: size 1 reads whole tensors
+
+    vocab = src(0, plan.vocab_start, plan.vocab_real, cfg.vocab_size)
+    targets = {"model.embed_tokens.weight": Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab),
                "model.norm.weight": Target(model.norm, "weight")}
     if model.lm_head is not None:
-        targets["lm_head.weight"] = Target(model.lm_head, "weight")
+        targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
+    d = cfg.head_dim
+    q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
+    kv_src = src(0, plan.kv_head_start * d, local.kv_size, cfg.kv_size)
+    mlp_src = src(0, plan.intermediate_start, local.intermediate_size, cfg.intermediate_size)
     for i, layer in enumerate(model.layers):
         p = f"model.layers.{i}."
         attn, mlp = layer.self_attn, layer.mlp
-        offsets = {"q": (0, cfg.q_size), "k": (cfg.q_size, cfg.kv_size), "v": (cfg.q_size + cfg.kv_size, cfg.kv_size)}
-        for name, (start, rows) in offsets.items():
-            targets[f"{p}self_attn.{name}_proj.weight"] = Target(attn.qkv_proj, "weight", start, rows)
+        offsets = {"q": (0, local.q_size, q_src), "k": (local.q_size, local.kv_size, kv_src),
+                   "v": (local.q_size + local.kv_size, local.kv_size, kv_src)}
+        for name, (start, rows, source) in offsets.items():
+            targets[f"{p}self_attn.{name}_proj.weight"] = Target(attn.qkv_proj, "weight", start, rows, source)
             if cfg.attention_bias:
-                targets[f"{p}self_attn.{name}_proj.bias"] = Target(attn.qkv_proj, "bias", start, rows)
-        targets[f"{p}self_attn.o_proj.weight"] = Target(attn.o_proj, "weight")
+                targets[f"{p}self_attn.{name}_proj.bias"] = Target(attn.qkv_proj, "bias", start, rows, source)
+        o_src = src(1, plan.head_start * d, local.q_size, cfg.q_size)
+        targets[f"{p}self_attn.o_proj.weight"] = Target(attn.o_proj, "weight", source=o_src)
         if cfg.qk_norm:
             targets[f"{p}self_attn.q_norm.weight"] = Target(attn.q_norm, "weight")
             targets[f"{p}self_attn.k_norm.weight"] = Target(attn.k_norm, "weight")
-        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, cfg.intermediate_size)
-        targets[f"{p}mlp.up_proj.weight"] = Target(
-            mlp.gate_up_proj, "weight", cfg.intermediate_size, cfg.intermediate_size
-        )
-        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight")
+        inter = local.intermediate_size
+        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
+        targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
+        down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
+        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
         targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
         targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
     return targets
@@ -102,6 +127,19 @@ def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
             _quantize_linears(child, dtype)
 
 
+def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
+    """The whole tensor, or only this rank's slice of it (read through the memory map, never in full)."""
+    if source is None:
+        return f.get_tensor(name)
+    view = f.get_slice(name)
+    shape = tuple(view.get_shape())
+    if len(shape) <= source.dim or shape[source.dim] != source.full:
+        raise CheckpointError(f"tensor {name} has shape {shape}, expected size {source.full} in dimension "
+                              f"{source.dim}")
+    end = source.start + source.length
+    return view[source.start : end] if source.dim == 0 else view[:, source.start : end]
+
+
 def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
@@ -115,11 +153,12 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
 
 
 def _build_empty_model(
-    cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None
+    cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
+    tp: TPContext | None = None,
 ) -> CausalLM:
     ops = get_kernels(backend, device)
     with torch.device("meta"):
-        model = CausalLM(cfg, dtype, ops)
+        model = CausalLM(cfg, dtype, ops, tp)
         if quantization == "int8":
             _quantize_linears(model, dtype)
     model = model.to_empty(device=device)
@@ -128,6 +167,9 @@ def _build_empty_model(
             m.use_kernel = m.use_kernel and device == "cpu"
     cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
     model.cos_sin_cache = cache.to(device)
+    for head in (model.embed_tokens, model.lm_head):
+        if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
+            head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
     return model
 
 
@@ -137,8 +179,12 @@ def load_model(
     quantization: str | None = None,
     device: str = "cpu",
     attention_backend: str | None = None,
+    tp: TPContext | None = None,
 ) -> CausalLM:
-    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors."""
+    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors.
+
+    With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`).
+    """
     folder = Path(path)
     cfg = load_model_config(folder)
     torch_dtype = resolve_dtype(dtype, cfg)
@@ -146,8 +192,8 @@ def load_model(
         raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend)
-    except ValueError as e:  # an unusable kernel backend
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp)
+    except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
     targets = _weight_targets(model)
     loaded: set[str] = set()
@@ -163,7 +209,7 @@ def load_model(
                     if name not in targets:
                         unexpected.append(name)
                         continue
-                    tensor = f.get_tensor(name)
+                    tensor = _read(f, name, targets[name].source)
                     _copy_into(targets[name], name, tensor)
                     bar.update(tensor.numel() * tensor.element_size())
                     loaded.add(name)

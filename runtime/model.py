@@ -14,6 +14,7 @@ from torch import nn
 
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
+from sprig.runtime.distributed import TPContext, local_config, shard_plan
 from sprig.runtime.model_config import ModelConfig
 from sprig.runtime.rope import rope_cos_sin_cache
 
@@ -57,10 +58,13 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
+    """GQA attention over this rank's heads (`cfg` is the rank-local config); o_proj's partial sums are reduced."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
         super().__init__()
         self.cfg = cfg
         self.ops = ops
+        self.tp = tp
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, False, dtype)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
@@ -88,25 +92,26 @@ class Attention(nn.Module):
         self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
         self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v)
         out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
-        return self.o_proj(out.reshape(-1, cfg.q_size))
+        return self.tp.all_reduce(self.o_proj(out.reshape(-1, cfg.q_size)))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
         super().__init__()
         self.ops = ops
+        self.tp = tp
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.tp.all_reduce(self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x))))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, dtype, ops)
-        self.mlp = MLP(cfg, dtype, ops)
+        self.self_attn = Attention(cfg, dtype, ops, tp)
+        self.mlp = MLP(cfg, dtype, ops, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
@@ -129,26 +134,35 @@ class DecoderLayer(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Embedding → decoder layers → final norm → LM head, run over a ForwardBatch and the KV pool."""
+    """Embedding → decoder layers → final norm → LM head, run over a ForwardBatch and the KV pool.
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet | None = None) -> None:
+    With a `TPContext` of size > 1 the model holds one rank's shard (`plan`) and `layer_cfg` is the rank-local
+    config of its layers and KV pool; `cfg` stays the whole model's. Every rank runs `forward` on the same batch.
+    """
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet | None = None,
+                 tp: TPContext | None = None) -> None:
         super().__init__()
         ops = ops or get_kernels("torch")
         self.cfg = cfg
         self.dtype = dtype
         self.ops = ops
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.tp = tp or TPContext()
+        self.plan = shard_plan(cfg, self.tp)
+        self.layer_cfg = local_config(cfg, self.plan)
+        self.embed_tokens = nn.Embedding(self.plan.vocab_rows, cfg.hidden_size, dtype=dtype)
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, ops) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, False, dtype)
+        vocab_rows = self.plan.vocab_rows
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, vocab_rows, False, dtype)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
-        """Return float32 next-token logits [R, vocab] for `batch.logits_rows`."""
-        x = self.embed_tokens(batch.input_ids)
+        """Return float32 next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded)."""
+        x = self.embed_tokens(batch.input_ids) if not self.tp.enabled else self._embed_sharded(batch.input_ids)
         residual = None
         for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
             x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache)
@@ -156,4 +170,12 @@ class CausalLM(nn.Module):
         residual = residual.index_select(0, batch.logits_rows)
         x, _ = self.norm.add_and_norm(x, residual)
         logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
-        return logits.float()
+        return self.tp.gather_vocab(logits, self.cfg.vocab_size).float()
+
+    def _embed_sharded(self, ids: torch.Tensor) -> torch.Tensor:
+        """Vocab-parallel lookup: each rank embeds the ids in its slice, zeros elsewhere, and the sum is exact."""
+        local = ids - self.plan.vocab_start
+        outside = (local < 0) | (local >= self.plan.vocab_rows)
+        x = self.embed_tokens(local.masked_fill(outside, 0))
+        x.masked_fill_(outside.unsqueeze(-1), 0)
+        return self.tp.all_reduce(x)
