@@ -168,13 +168,15 @@ class OpenAIBackend:
     """Streams requests to an OpenAI-compatible server (`base_url` without the `/v1`)."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
-                 extra_body: dict[str, Any] | None = None, timeout: float = 600.0) -> None:
+                 extra_body: dict[str, Any] | None = None, timeout: float = 600.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.extra_body = extra_body or {}
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        self.client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, limits=limits)
+        self.client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, limits=limits,
+                                        transport=transport)
 
     async def aclose(self) -> None:
         await self.client.aclose()
