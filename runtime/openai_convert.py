@@ -214,7 +214,10 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, max_sequences: int) ->
     top = (req.top_logprobs or 0) if req.logprobs else 0
     kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": bool(req.logprobs),
               "top_logprobs_num": top}
-    call = EngineCall(kwargs, n, check_timeout(req.timeout), CHAT_PARAMS)
+    rename = dict(CHAT_PARAMS)
+    if extra is not None:  # why: grammar errors name json_schema; the client sent response_format or tools
+        rename["json_schema"] = "response_format.json_schema.schema" if fmt_schema is not None else "tools"
+    call = EngineCall(kwargs, n, check_timeout(req.timeout), rename)
     opts = req.stream_options
     return OpenAIPlan(call, n, [len(ids)], bool(req.stream), bool(req.stream and opts and opts.include_usage),
                       logprobs=top if req.logprobs else None, tools=tools)

@@ -88,8 +88,13 @@ class GenerationRun:
         engine = state.ready_engine()
         timeout = min(filter(None, (call.timeout, state.settings.request_timeout)), default=None)
         call.timeout = timeout
-        try:
-            events = await engine.async_generate(**call.kwargs, stream=True, namespace=ticket.tenant.namespace)
+        try:  # the deadline covers grammar compilation, which async_generate awaits before submitting
+            events = await asyncio.wait_for(
+                engine.async_generate(**call.kwargs, stream=True, namespace=ticket.tenant.namespace), timeout)
+        except asyncio.TimeoutError:
+            ticket.release(0)
+            state.metrics.timeouts.inc()
+            raise timeout_error() from None
         except ValueError as e:  # RequestError, SamplingParamsError, GrammarError: the request's fault
             ticket.release(0)
             raise from_value_error(e, call.rename) from None

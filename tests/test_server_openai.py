@@ -357,6 +357,24 @@ def test_bad_requests_are_400_naming_the_field(http, path, body, param, code):
     assert err["type"] == "invalid_request_error"
 
 
+GRAMMAR_ERRORS = [
+    (CH, {"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "string", "pattern": "(?<=a)b"}}}},
+     "response_format.json_schema.schema", "unsupported_keyword"),
+    (CH, {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/nope"}}}}}], "tool_choice": "required"},
+     "tools", "invalid_schema"),
+    (C, {"prompt": "x", "regex": "(a|b)*a(a|b){40}"}, "regex", "grammar_too_complex"),
+    (C, {"prompt": "x", "json_schema": {"type": "array", "minItems": 1000000}}, "json_schema", "grammar_too_complex"),
+]
+
+
+@pytest.mark.parametrize("path,body,param,code", GRAMMAR_ERRORS, ids=[c for *_, c in GRAMMAR_ERRORS])
+def test_constraints_the_grammar_refuses_are_400(http, has_grammar, path, body, param, code):
+    needs_grammar(has_grammar)
+    assert_openai_error(http.post(path, json=body), 400, param, code)
+
+
 def test_context_errors_give_both_counts(http):
     err = assert_openai_error(http.post(C, json={"prompt": [5] * 2000, "max_tokens": 100}), 400, "max_tokens",
                               "context_length_exceeded")
