@@ -13,15 +13,11 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from sprig.runtime.http_errors import APIError, ErrorType, bad_request, from_validation_error
+from sprig.runtime.http_errors import APIError, ClientGone, ErrorType, bad_request, from_validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
 _JSON_TYPES = ("application/json",)
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request body arrived."""
 
 
 def _check_content_type(request: Request) -> None:

@@ -71,6 +71,10 @@ class APIError(Exception):
                         media_type="application/json")
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request could be answered (nobody reads the reply)."""
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = "invalid_request") -> APIError:
     """A 400 `invalid_request_error`."""
     return APIError(400, message, ErrorType.INVALID_REQUEST, param, code)
@@ -141,6 +145,11 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[APIError], None]) -
         on_error(err)
         return err.to_response()
 
+    async def client_gone(_: Request, exc: Exception) -> Response:
+        err = APIError(499, "the client closed the connection", ErrorType.INVALID_REQUEST, None, "client_closed")
+        on_error(err)
+        return err.to_response()
+
     async def unexpected(_: Request, exc: Exception) -> Response:
         logger.exception("unhandled error", exc_info=exc)
         err = APIError(500, "internal server error", ErrorType.SERVER, None, "internal_error")
@@ -148,6 +157,7 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[APIError], None]) -
         return err.to_response()
 
     app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(ClientGone, client_gone)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
