@@ -197,8 +197,6 @@ def _card(state: ServerState) -> ModelCard:
 
 def state_texts(state: ServerState) -> TokenTexts:
     """The per-server token-text cache (created with the engine)."""
-    texts = getattr(state, "_token_texts", None)
-    if texts is None:
-        texts = TokenTexts(state.ready_engine().tokenizer)
-        state._token_texts = texts  # type: ignore[attr-defined]
-    return texts
+    if state.token_texts is None:
+        state.token_texts = TokenTexts(state.ready_engine().tokenizer)
+    return state.token_texts

@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sprig.runtime.http_errors import APIError, ErrorType
 from sprig.runtime.server_auth import Authenticator, RateLimited, Tenant
@@ -74,6 +74,7 @@ class ServerState:
     started: float = field(default_factory=time.time)
     inflight_sequences: int = 0
     runs: set[GenerationRun] = field(default_factory=set)
+    token_texts: Any = None  # the per-engine cache of single-token texts (logprob entries)
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
