@@ -58,6 +58,10 @@ class NumSet:
         return NumSet((Interval(value, True, value, True),), integral)
 
     @staticmethod
+    def points(values: list[Decimal], integral: bool) -> NumSet:
+        return _normalize([Interval(v, True, v, True) for v in values], integral)
+
+    @staticmethod
     def at_least(value: Decimal, inclusive: bool, integral: bool) -> NumSet:
         return _normalize([Interval(value, inclusive, None, False)], integral)
 

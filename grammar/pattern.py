@@ -15,6 +15,7 @@ from sprig.grammar import charset
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.char_classes import Dialect, any_char, shorthand, unicode_property
 from sprig.grammar.charset import Ranges
+from sprig.grammar.errors import too_complex
 
 try:  # Python >= 3.11
     from re import _constants as sre_c  # type: ignore[attr-defined]
@@ -46,7 +47,7 @@ class _Ctx:
 def regex_language(pattern: str, dialect: Dialect, search: bool) -> ir.Node:
     """The set of strings `pattern` accepts: anywhere inside the string if `search`, else the whole string."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise PatternUnsupported(f"pattern longer than {MAX_PATTERN_CHARS} characters")
+        raise too_complex(f"pattern longer than {MAX_PATTERN_CHARS} characters")
     ctx = _Ctx(dialect, [])
     text = _preprocess(pattern, ctx)
     try:
@@ -54,7 +55,7 @@ def regex_language(pattern: str, dialect: Dialect, search: bool) -> ir.Node:
     except (sre_c.error, OverflowError) as exc:
         raise PatternSyntaxError(str(exc)) from None
     except RecursionError:
-        raise PatternUnsupported("pattern nested too deeply") from None
+        raise too_complex("pattern nested too deeply") from None
     flags = parsed.state.flags
     if flags & _MULTILINE:
         raise PatternUnsupported("multiline mode (?m)")

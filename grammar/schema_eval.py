@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from sprig.grammar import strings
-from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, unsupported
+from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, too_complex, unsupported
 from sprig.grammar.formats import SUPPORTED_FORMATS
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
@@ -70,6 +70,10 @@ NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
 OBJECT_KEYS = ("properties", "required", "additionalProperties")
+MAX_ENUM = 10_000
+MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
+MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
+MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
 HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + (
     "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
@@ -102,6 +106,7 @@ def literal_set(value: Any) -> ValueSet:
         return ValueSet(False, frozenset((value,)), *_rest(bottom, 2))
     if isinstance(value, int | Decimal):
         d = Decimal(value)
+        _check_magnitude(d, "")
         integral = d == d.to_integral_value()
         point_i = NumSet.point(d, True) if integral else NumSet.nothing(True)
         point_f = NumSet.nothing(False) if integral else NumSet.point(d, False)
@@ -113,6 +118,28 @@ def literal_set(value: Any) -> ValueSet:
         return ValueSet(*_rest(bottom, 0)[:5], (shape,), ())
     shape = ObjShape(tuple((k, Value(canonical(v)), True) for k, v in value.items()), BOTTOM)
     return ValueSet(*_rest(bottom, 0)[:5], (), (shape,))
+
+
+def literal_union(values: list[Any]) -> ValueSet:
+    """The value set of an enum, built in one pass (a union per value would be quadratic)."""
+    strings_ = frozenset(v for v in values if isinstance(v, str))
+    numbers = [Decimal(v) for v in values if isinstance(v, int | Decimal) and not isinstance(v, bool)]
+    for d in numbers:
+        _check_magnitude(d, "")
+    ints = [d for d in numbers if d == d.to_integral_value()]
+    fracs = [d for d in numbers if d != d.to_integral_value()]
+    acc = ValueSet(None in values, frozenset(v for v in values if isinstance(v, bool)),
+                   NumSet.points(ints, True), NumSet.points(fracs, False),
+                   SLits(strings_) if strings_ else ValueSet.bottom().strings, (), ())
+    for value in values:
+        if isinstance(value, list | dict):
+            acc = acc.union(literal_set(value))
+    return acc
+
+
+def _check_magnitude(d: Decimal, pointer: str) -> None:
+    if d.is_finite() and (abs(d.adjusted()) > MAX_EXPONENT or len(d.as_tuple().digits) > MAX_DIGITS):
+        raise too_complex(f"number {str(d)[:20]}... has too many digits", pointer)
 
 
 def _rest(vs: ValueSet, start: int) -> tuple:
@@ -214,10 +241,9 @@ class Evaluator:
             values = node["enum"]
             if not isinstance(values, list):
                 raise invalid_schema("enum must be an array", child_pointer(pointer, "enum"))
-            acc = ValueSet.bottom()
-            for value in values:
-                acc = acc.union(literal_set(value))
-            yield acc
+            if len(values) > MAX_ENUM:
+                raise too_complex(f"enum with more than {MAX_ENUM} values", child_pointer(pointer, "enum"))
+            yield literal_union(values)
         if "const" in node:
             yield literal_set(node["const"])
         if any(k in node for k in NUMBER_KEYS):
@@ -297,6 +323,7 @@ def _number(node: dict[str, Any], key: str, pointer: str) -> Decimal | None:
         return None
     if not isinstance(value, int | Decimal):
         raise invalid_schema(f"{key} must be a number", child_pointer(pointer, key))
+    _check_magnitude(Decimal(value), child_pointer(pointer, key))
     return Decimal(value)
 
 
@@ -341,6 +368,9 @@ def _pattern(value: Any, pointer: str) -> SPattern:
 def _schema_list(value: Any, pointer: str) -> list[Any]:
     if not isinstance(value, list) or not value:
         raise invalid_schema("must be a non-empty array of schemas", pointer)
+    limit = MAX_ONE_OF if pointer.endswith("/oneOf") else MAX_BRANCHES
+    if len(value) > limit:
+        raise too_complex(f"more than {limit} subschemas", pointer)
     return value
 
 

@@ -73,15 +73,15 @@ class GrammarSpec:
     options: JsonOptions = field(default_factory=JsonOptions)
 
     def __post_init__(self) -> None:
-        if isinstance(self.spec, dict):  # why: callers holding a parsed schema should not have to dump it
-            object.__setattr__(self, "spec", json.dumps(self.spec, ensure_ascii=False))
+        if isinstance(self.spec, dict | bool) and self.kind is GrammarKind.JSON_SCHEMA:
+            object.__setattr__(self, "spec", _dump_schema(self.spec))  # why: one form (text) for keys and workers
         elif isinstance(self.spec, list):
             object.__setattr__(self, "spec", tuple(self.spec))
 
     @classmethod
     def json_schema(cls, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> GrammarSpec:
-        text = schema if isinstance(schema, str) else json.dumps(schema, ensure_ascii=False)
-        return cls(GrammarKind.JSON_SCHEMA, text, options or JsonOptions())
+        """From schema text or a parsed schema; raises GrammarError if a parsed schema is not JSON."""
+        return cls(GrammarKind.JSON_SCHEMA, schema, options or JsonOptions())
 
     @classmethod
     def regex(cls, pattern: str) -> GrammarSpec:
@@ -111,6 +111,17 @@ class GrammarSpec:
         else:
             body = str(self.spec)
         return hashlib.sha256(f"{self.kind.value}\x00{body}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _dump_schema(schema: Any) -> str:
+    from sprig.grammar.errors import GrammarError, too_complex
+
+    try:
+        return json.dumps(schema, ensure_ascii=False)
+    except RecursionError:
+        raise too_complex("schema nested too deeply").with_param("json_schema") from None
+    except (TypeError, ValueError) as exc:
+        raise GrammarError(f"schema is not JSON: {str(exc)[:120]}", param="json_schema") from None
 
 
 def _canonical_json(text: str) -> str:

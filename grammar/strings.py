@@ -20,13 +20,19 @@ from sprig.grammar.regex_ir import Flavor
 from sprig.grammar.schema_values import S_ALL, S_NONE, SAnd, SExpr, SFormat, SLen, SLits, SNot, SOr, SPattern
 
 ANY_CHAR = ir.chars(charset.ALL_CHARS)
+MAX_PATTERN_STATES = 4000
 MAX_SPLIT = 256  # why: splitting "x* y" on the count of x is only worth it for modest length caps
 
 
 @functools.lru_cache(maxsize=1024)
 def pattern_language(pattern: str) -> ir.Node:
-    """The strings an ECMA-262 `pattern` matches somewhere inside (JSON Schema's search semantics)."""
-    return regex_language(pattern, Dialect.ECMA, search=True)
+    """The strings an ECMA-262 `pattern` matches somewhere inside (JSON Schema's search semantics).
+
+    Raises GrammarTooComplex if its automaton would exceed the state budget (`.*a[ab]{40}` would).
+    """
+    node = regex_language(pattern, Dialect.ECMA, search=True)
+    fsm.determinize(node, MAX_PATTERN_STATES)
+    return node
 
 
 def atom_language(atom: SExpr) -> ir.Node:
