@@ -38,9 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="llama-100m", help="sprig recipe name or HF checkpoint folder")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every system")
-    p.add_argument("--systems", nargs="+", type=SystemKind, default=DEFAULT_SYSTEMS, choices=list(SystemKind))
+    p.add_argument("--systems", nargs="+", type=SystemKind, default=DEFAULT_SYSTEMS,
+                   choices=[k.value for k in SystemKind])
     p.add_argument("--workloads", nargs="+", type=DatasetKind, default=DEFAULT_WORKLOADS,
-                   choices=[k for k in DatasetKind if k is not DatasetKind.FILE])
+                   choices=[k.value for k in DatasetKind if k is not DatasetKind.FILE])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--num-prompts", type=int, default=64)
     p.add_argument("--max-concurrency", type=int, default=16)
@@ -48,7 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--prefix-len", type=int, default=512)
     p.add_argument("--num-groups", type=int, default=4)
+    p.add_argument("--num-turns", type=int, default=3, help="multi-turn: turns per conversation")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--baseline-prompts", type=int, default=16,
+                   help="transformers runs the first N requests only (one static batch of 16 takes ~2 min here)")
     p.add_argument("--sweep-rates", nargs="*", type=float, default=[1, 2, 4, 8],
                    help="request rates (req/s, Poisson) for the throughput-vs-rate plot on `random`; none: skip")
     p.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or PATH)")
@@ -83,12 +87,13 @@ def model_dir(name: str) -> Path:
 def workload_spec(args: argparse.Namespace, kind: DatasetKind, seed: int) -> WorkloadSpec:
     return WorkloadSpec(kind=kind, num_prompts=args.num_prompts, input_len=args.input_len,
                         output_len=args.output_len, seed=seed, prefix_len=args.prefix_len,
-                        num_groups=args.num_groups)
+                        num_groups=args.num_groups, num_turns=args.num_turns)
 
 
 def ctx_per_slot(args: argparse.Namespace) -> int:
     """Context each llama-server slot needs: the longest prompt plus output plus template slack."""
-    need = args.prefix_len + args.input_len + args.output_len + 64
+    longest = max(args.prefix_len + args.input_len, args.num_turns * (args.input_len + args.output_len) + 64)
+    need = longest + args.output_len + 64
     return -(-need // 256) * 256
 
 
@@ -127,8 +132,9 @@ def run_rounds(args: argparse.Namespace, systems: list[System], tok: Tokenizer, 
             spec = workload_spec(args, kind, args.seed + rnd)
             sessions = build_workload(spec, tok)
             for system in systems if rnd % 2 == 0 else systems[::-1]:
+                mine = sessions[: args.baseline_prompts] if system.name == SystemKind.TRANSFORMERS.value else sessions
                 try:
-                    result = system.run(spec, sessions, load, tok)
+                    result = system.run(spec, mine, load, tok)
                 except SystemUnavailable as e:
                     data["skipped"][f"{system.name} on {kind.value}"] = str(e)
                     continue
@@ -178,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "load_before": load_average(),
         "setup": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
                   "num_prompts": args.num_prompts, "concurrency": args.max_concurrency, "input_len": args.input_len,
-                  "output_len": args.output_len, "prefix_len": args.prefix_len, "num_groups": args.num_groups},
+                  "output_len": args.output_len, "prefix_len": args.prefix_len, "num_groups": args.num_groups,
+                  "baseline_prompts": args.baseline_prompts},
         "skipped": {}, "runs": [], "sweep": [], "commands": {},
     }
     tok = Tokenizer(path)

@@ -67,7 +67,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--request-rate", type=float, default=load.request_rate,
                    help="sessions per second (default inf: all at once)")
-    p.add_argument("--arrival", type=Arrival, choices=list(Arrival), default=load.arrival,
+    p.add_argument("--arrival", type=Arrival, choices=[a.value for a in Arrival], default=load.arrival,
                    help="arrival process at a finite rate")
     p.add_argument("--max-concurrency", type=int, default=None, help="bound on requests in flight")
     p.add_argument("--output", default=None, help="write the result JSON here")

@@ -60,14 +60,16 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def profile_medians(data: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """workload → median sprig step profile (model vs other ms per step, tokens per step, decode batch)."""
-    keys = ("model_ms_per_step", "other_ms_per_step", "tokens_per_step", "avg_decode_batch")
+def profile_medians(data: dict[str, Any], system: str = "sprig") -> dict[str, dict[str, float]]:
+    """workload → median step profile of a sprig system: model vs other ms per step, tokens per step, decode
+    batch, and the share of the run's wall time the engine spent in steps (the rest: HTTP, queueing, idle)."""
+    keys = ("model_ms_per_step", "other_ms_per_step", "tokens_per_step", "avg_decode_batch", "busy_share")
     out: dict[str, dict[str, float]] = {}
-    for wl in {r["workload"] for r in data["runs"]}:
-        rows = [r["profile"] for r in data["runs"] if r["workload"] == wl and r["system"] == "sprig" and r["profile"]]
+    for wl in dict.fromkeys(r["workload"] for r in data["runs"]):
+        rows = [{**r["profile"], "busy_share": r["profile"]["step_time_s"] / r["summary"]["duration_s"]}
+                for r in data["runs"] if r["workload"] == wl and r["system"] == system and r["profile"]]
         if rows:
-            out[wl] = {k: statistics.median(float(r[k] or 0) for r in rows) for k in keys}
+            out[wl] = {k: statistics.median(float(r.get(k) or 0) for r in rows) for k in keys}
     return out
 
 
@@ -197,7 +199,9 @@ def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
              f"system, {s['num_prompts']} requests per run, concurrency {s['concurrency']}, input {s['input_len']} "
              f"tokens (shared-prefix: + {s['prefix_len']}-token prefix, {s['num_groups']} groups), output "
              f"{s['output_len']} tokens. Medians of {s['rounds']} interleaved rounds (each round sends fresh "
-             f"prompts to every system, in alternating order).", "",
+             f"prompts to every system, in alternating order). transformers runs the first "
+             f"{s.get('baseline_prompts', s['num_prompts'])} requests of each round in static batches of "
+             f"{s['concurrency']}.", "",
              f"Load average (1/5/15 min) before: {data['load_before']}, after: {data['load_after']}.", ""]
     for name, why in (data.get("skipped") or {}).items():
         lines.append(f"- **{name} skipped:** {why}")
@@ -229,13 +233,15 @@ def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
 
 
 def _profile_lines(data: dict[str, Any]) -> list[str]:
-    prof = profile_medians(data)
-    if not prof:
-        return []
     lines = ["## Where sprig's time goes (engine step profile, medians)", "",
-             "| workload | model ms/step | other ms/step | output tokens/step | avg decode batch |",
-             "|---|---|---|---|---|"]
-    for wl, p in prof.items():
-        lines.append(f"| {wl} | {p['model_ms_per_step']:.1f} | {p['other_ms_per_step']:.1f} "
-                     f"| {p['tokens_per_step']:.1f} | {p['avg_decode_batch']:.1f} |")
-    return [*lines, ""]
+             "| system | workload | model ms/step | other ms/step | output tokens/step | avg decode batch "
+             "| engine busy |", "|---|---|---|---|---|---|---|"]
+    rows = 0
+    for system in ("sprig", "sprig-no-cache"):
+        for wl, p in profile_medians(data, system).items():
+            rows += 1
+            lines.append(f"| {system} | {wl} | {p['model_ms_per_step']:.1f} | {p['other_ms_per_step']:.1f} "
+                         f"| {p['tokens_per_step']:.1f} | {p['avg_decode_batch']:.1f} | {p['busy_share']:.0%} |")
+    note = ("Engine busy = time inside engine steps / wall time of the run; the rest is time the engine waited "
+            "for work (HTTP, streaming, the client and the server sharing the CPU).")
+    return [*lines, "", note, ""] if rows else []

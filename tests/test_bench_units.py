@@ -217,11 +217,12 @@ def test_report_renders_plots_and_targets(tmp_path: Path):
 
     def run(system: str, wl: str, rnd: int, tok_s: float, hit: float | None) -> dict:
         stat = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}
-        summary = {"output_tok_s": tok_s, "request_throughput": tok_s / 64, "ttft_ms": stat, "tpot_ms": stat,
+        summary = {"duration_s": 1.0, "output_tok_s": tok_s, "request_throughput": tok_s / 64, "ttft_ms": stat, "tpot_ms": stat,
                    "itl_ms": stat, "cache_hit_rate": hit, "json_valid_share": None}
         reqs = {"end": [0.5, 1.0], "ttft": [0.1, 0.2], "tpot": [0.01, 0.02], "prompt_tokens": [10, 10],
                 "cached_tokens": [0, 8] if hit is not None else [None, None]}
-        prof = {"model_ms_per_step": 9.0, "other_ms_per_step": 1.0, "tokens_per_step": 4.0, "avg_decode_batch": 4}
+        prof = {"model_ms_per_step": 9.0, "other_ms_per_step": 1.0, "tokens_per_step": 4.0, "avg_decode_batch": 4,
+                "step_time_s": 0.5}
         return {"workload": wl, "round": rnd, "system": system, "summary": summary, "requests": reqs,
                 "profile": prof if system == "sprig" else None}
 
@@ -239,4 +240,4 @@ def test_report_renders_plots_and_targets(tmp_path: Path):
     assert "| random | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 1x | met |" in report
     assert "| random | sprig / transformers | output_tok_s | 6.00x | ≥ 5x | met |" in report
     assert "| shared-prefix | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 2x | missed by 1.33x |" in report
-    assert "| random | 9.0 | 1.0 | 4.0 | 4.0 |" in report
+    assert "| sprig | random | 9.0 | 1.0 | 4.0 | 4.0 | 50% |" in report
