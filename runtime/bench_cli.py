@@ -96,6 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     offline = sub.add_parser("offline", help="benchmark sprig.Engine in-process with the same workloads")
     add_engine_args(offline)
     offline.add_argument("--warmup", type=int, default=1, help="unmeasured requests sent first")
+    offline.add_argument("--torch-profile", action="store_true",
+                         help="profile the engine thread during the run and print the top torch ops")
     add_workload_args(offline)
     offline.set_defaults(func=cmd_offline)
 
@@ -202,15 +204,36 @@ def cmd_offline(args: argparse.Namespace) -> int:
     with Engine(path, **options) as engine:
         sessions = build_workload(spec, engine.tokenizer)
         warm = warmup_sessions(spec, engine.tokenizer, args.warmup)
+        profiler = _start_op_profile(engine) if args.torch_profile else None
         before = engine.stats()
         records = asyncio.run(run_workload(EngineBackend(engine), sessions, load, engine.tokenizer,
                                            not args.disable_progress, args.label or "sprig offline", warm))
         stats = step_profile(before, engine.stats())
+        if profiler is not None:
+            stats["top_ops"] = _stop_op_profile(engine, profiler)
     summary = summarize(records, args.label or "sprig (offline)", dataset_name(spec), load.request_rate,
                         load.max_concurrency)
     result = BenchResult(summary, {**options_of(args), "workload": _jsonable(asdict(spec))}, records, stats)
     _finish(result, args)
     return 0
+
+
+def _start_op_profile(engine: Any) -> Any:
+    """A torch profiler running on the engine's loop thread (torch records ops of the thread that enabled it)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    engine._call(prof.__enter__)  # noqa: SLF001 - the loop thread is only reachable through the engine
+    return prof
+
+
+def _stop_op_profile(engine: Any, prof: Any, top: int = 12) -> list[dict[str, Any]]:
+    """Stop the profiler; the top ops by self CPU time with their share of the total."""
+    engine._call(lambda: prof.__exit__(None, None, None))  # noqa: SLF001 - see _start_op_profile
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
+             "calls": e.count} for e in events[:top]]
 
 
 def _model_path(name: str | None) -> str | None:
@@ -245,6 +268,8 @@ def _finish(result: BenchResult, args: argparse.Namespace) -> None:
     print(format_summary(result.summary))
     if result.engine_stats:
         print(format_profile(result.engine_stats))
+        for op in result.engine_stats.get("top_ops", []):
+            print(f"  {op['op']:<50} {1e3 * op['self_s']:9.1f} ms {op['share']:6.1%} {op['calls']:>7} calls")
     if args.output:
         result.save(args.output, args.save_text)
         print(f"saved {args.output}", file=sys.stderr)
