@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands whose modules register their own parsers (server, benchmarks)."""
+    """Commands whose modules register their own parsers (server, benchmarks, router)."""
     registrars: list[Callable[[argparse._SubParsersAction], None]] = []
     try:
         from sprig.runtime.server_cli import register as register_serve
@@ -72,6 +72,12 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         from sprig.runtime.bench_cli import register as register_bench
 
         registrars.append(register_bench)
+    except ImportError:
+        pass
+    try:  # after serve: it adds --dp-size to it
+        from sprig.runtime.router_cli import register as register_router
+
+        registrars.append(register_router)
     except ImportError:
         pass
     for register in registrars:
