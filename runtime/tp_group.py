@@ -330,6 +330,8 @@ class TPGroup:
         if dist.is_initialized() and (healthy or self.mode is LaunchMode.SPAWN):
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        for conn in self.reports:
+            conn.close()
         with contextlib.suppress(Exception):
             atexit.unregister(self.shutdown)
 
