@@ -21,8 +21,8 @@ one. A matcher starts in the state after the leading NUL (`CompiledGrammar.start
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from outlines_core import Index, Vocabulary
 
@@ -70,7 +70,7 @@ class CompiledGrammar:
     compile_time_s: float
     nbytes: int
     forced_bytes: dict[int, int] = field(default_factory=dict, repr=False)  # state -> forced byte or -1
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    mask_rows: dict[int, Any] = field(default_factory=dict, repr=False)  # state -> cached bitmask row
 
     @property
     def start_state(self) -> int:

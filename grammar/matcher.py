@@ -3,7 +3,8 @@
 One `GrammarMatcher` per request, created from a shared `CompiledGrammar`. The engine allocates one int32
 bitmask for the whole batch (`allocate_token_bitmask`) on the CPU, asks each constrained request to fill its
 row, and applies it with `sprig.kernels.bitmask.apply_token_bitmask_`. Rows are written by outlines-core in
-native code, so no Python loop runs over the vocabulary on the decode path.
+native code (no Python loop over the vocabulary on the decode path) and cached per grammar state, since a
+state allowing most of a large vocabulary takes milliseconds to write and is revisited by every request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from outlines_core import Guide
 from sprig.grammar.automaton import CompiledGrammar
 
 MAX_JUMP_BYTES = 256  # why: bounds the work (and the extend pass) of one jump-forward
+MAX_ROW_CACHE_BYTES = 16 << 20  # per compiled grammar: finished bitmask rows, reused by every request
 
 
 def allocate_token_bitmask(batch: int, vocab_size: int) -> torch.Tensor:
@@ -84,7 +86,14 @@ class GrammarMatcher:
             for tok in self._eos:
                 target[tok // 32] |= _bit(tok % 32)
             return
+        cached = self.compiled.mask_rows.get(self.state)
+        if cached is not None:
+            target.copy_(cached)
+            return
         self._guide.write_mask_into(target.data_ptr(), target.numel(), 4)
+        rows = self.compiled.mask_rows
+        if len(rows) * target.numel() * 4 < MAX_ROW_CACHE_BYTES:  # why: big states cost ms to write, once
+            rows[self.state] = target.clone()
 
     def allowed_tokens(self) -> list[int]:
         """The allowed token ids of the current state (for tests and debugging; slow on big vocabularies)."""

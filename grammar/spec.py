@@ -48,7 +48,7 @@ class JsonOptions:
     max_whitespace: int = 2
     strict: bool = True
     max_recursion_depth: int = 3
-    any_value_depth: int = 3
+    any_value_depth: int = 2
     allow_extra_properties: bool = True
 
     def key(self) -> str:

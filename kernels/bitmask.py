@@ -3,29 +3,42 @@
 Layout (shared with xgrammar and outlines-core): an int32 tensor of shape (batch, ceil(vocab / 32)); bit j of
 word w stands for token 32*w + j; a set bit means allowed. Grammar matchers fill rows on the CPU; this
 function applies them on the logits' device.
+
+The reference below reads the mask a byte at a time through a 256 x 8 table of additive biases (0 or
+-inf), gathered with `embedding`, then adds the bias to the logits: on CPU this is ~10x faster than
+unpacking bits and `masked_fill_` (which is slow on large CPU tensors).
 """
 
 from __future__ import annotations
 
 import torch
 
-_SHIFTS: dict[torch.device, torch.Tensor] = {}
+_TABLES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
 
-def _shifts(device: torch.device) -> torch.Tensor:
-    if device not in _SHIFTS:  # why: one tiny tensor per device, not one per call
-        _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
-    return _SHIFTS[device]
+def _bias_table(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    key = (device, dtype)
+    if key not in _TABLES:  # why: one 256 x 8 table per device and dtype, not one per call
+        bits = ((torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1).bool()
+        _TABLES[key] = torch.where(bits, 0.0, float("-inf")).to(device=device, dtype=dtype)
+    return _TABLES[key]
+
+
+def _bias(bitmask: torch.Tensor, vocab_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, vocab_size) additive bias: 0 where allowed, -inf elsewhere (ids past the mask: -inf)."""
+    as_bytes = bitmask.contiguous().view(torch.uint8).long()  # little-endian: byte k holds ids 8k..8k+7
+    bias = torch.nn.functional.embedding(as_bytes, _bias_table(bitmask.device, dtype))
+    bias = bias.reshape(bitmask.shape[0], -1)
+    if bias.shape[1] >= vocab_size:
+        return bias[:, :vocab_size]
+    pad = torch.full((bitmask.shape[0], vocab_size - bias.shape[1]), float("-inf"), dtype=dtype,
+                     device=bitmask.device)
+    return torch.cat([bias, pad], dim=1)
 
 
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Bool tensor (batch, vocab_size): True where the token is allowed; ids past the mask are not."""
-    bits = (bitmask.unsqueeze(-1) >> _shifts(bitmask.device)) & 1
-    allowed = bits.reshape(bitmask.shape[0], -1).bool()
-    if allowed.shape[1] >= vocab_size:
-        return allowed[:, :vocab_size]
-    pad = torch.zeros(bitmask.shape[0], vocab_size - allowed.shape[1], dtype=torch.bool, device=bitmask.device)
-    return torch.cat([allowed, pad], dim=1)
+    return _bias(bitmask, vocab_size, torch.float32) == 0
 
 
 def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None) -> None:
@@ -33,15 +46,16 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor, indices: t
 
     logits: (batch, vocab) float on any device; bitmask: (batch, ceil(vocab/32)) int32 (moved to logits'
     device if needed); indices: optional rows of `logits` to mask (bitmask then has one row per index).
+    Allowed logits are unchanged (they get + 0.0, which only turns -0.0 into 0.0).
     """
     if bitmask.dtype != torch.int32:
         raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
     mask = bitmask.to(logits.device, non_blocking=True)
-    rows = logits if indices is None else logits[indices]
-    if mask.shape[0] != rows.shape[0]:
-        raise ValueError(f"bitmask has {mask.shape[0]} rows for {rows.shape[0]} logits rows")
-    allowed = unpack_bitmask(mask, rows.shape[1])
+    rows = logits.shape[0] if indices is None else indices.shape[0]
+    if mask.shape[0] != rows:
+        raise ValueError(f"bitmask has {mask.shape[0]} rows for {rows} logits rows")
+    bias = _bias(mask, logits.shape[1], logits.dtype)
     if indices is None:
-        logits.masked_fill_(~allowed, float("-inf"))
+        logits.add_(bias)
     else:
-        logits[indices] = rows.masked_fill(~allowed, float("-inf"))
+        logits.index_add_(0, indices.to(logits.device), bias)
