@@ -15,6 +15,7 @@ with an error naming the keyword and its JSON pointer.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from sprig.grammar import regex_ir as ir
@@ -22,7 +23,7 @@ from sprig.grammar.errors import GrammarError, invalid_schema, too_complex
 from sprig.grammar.schema_emit import Emitter
 from sprig.grammar.schema_eval import Evaluator, parse_json
 from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
-from sprig.grammar.schema_values import ArrShape, Node, ObjShape, ValueSet
+from sprig.grammar.schema_values import Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
 
 MAX_SCHEMA_CHARS = 4_000_000
@@ -66,9 +67,7 @@ def schema_to_regex_tree(schema: str | dict[str, Any] | bool, options: JsonOptio
 def json_object_regex_tree(options: JsonOptions) -> ir.Node:
     """Any JSON object (what response_format {"type": "json_object"} asks for)."""
     emitter = Emitter(Evaluator(SchemaDocument.index(True), options), options)
-    objects = ValueSet.bottom().only()
-    objects = ValueSet(False, objects.bools, objects.ints, objects.fracs, objects.strings, (), (ObjShape(),))
-    return _checked(emitter.value_set(objects, (), 0))
+    return _checked(emitter.value_set(replace(ValueSet.bottom(), objects=(ObjShape(),)), (), 0))
 
 
 def _checked(node: ir.Node) -> ir.Node:
@@ -76,5 +75,3 @@ def _checked(node: ir.Node) -> ir.Node:
         raise too_complex(f"about {node.weight} character positions (limit {MAX_WEIGHT})")
     return node
 
-
-__all__ = ["ArrShape", "json_object_regex_tree", "load_schema", "schema_to_regex_tree"]

@@ -10,6 +10,7 @@ same instance location without descending is a cycle and an error.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -41,8 +42,6 @@ from sprig.grammar.schema_values import (
     or_,
     s_and,
     s_len,
-    s_not,
-    s_or,
 )
 from sprig.grammar.schema_values import Not as NotExpr
 from sprig.grammar.spec import JsonOptions
@@ -101,23 +100,18 @@ def literal_set(value: Any) -> ValueSet:
     """The value set holding exactly one JSON value."""
     bottom = ValueSet.bottom()
     if value is None:
-        return ValueSet(True, *_rest(bottom, 1))
+        return replace(bottom, null=True)
     if isinstance(value, bool):
-        return ValueSet(False, frozenset((value,)), *_rest(bottom, 2))
+        return replace(bottom, bools=frozenset((value,)))
     if isinstance(value, int | Decimal):
-        d = Decimal(value)
-        _check_magnitude(d, "")
-        integral = d == d.to_integral_value()
-        point_i = NumSet.point(d, True) if integral else NumSet.nothing(True)
-        point_f = NumSet.nothing(False) if integral else NumSet.point(d, False)
-        return ValueSet(False, frozenset(), point_i, point_f, *_rest(bottom, 4))
+        return literal_union([value])
     if isinstance(value, str):
-        return ValueSet(False, frozenset(), bottom.ints, bottom.fracs, SLits(frozenset((value,))), (), ())
+        return replace(bottom, strings=SLits(frozenset((value,))))
     if isinstance(value, list):
-        shape = ArrShape(tuple(Value(canonical(v)) for v in value), BOTTOM, len(value), len(value))
-        return ValueSet(*_rest(bottom, 0)[:5], (shape,), ())
-    shape = ObjShape(tuple((k, Value(canonical(v)), True) for k, v in value.items()), BOTTOM)
-    return ValueSet(*_rest(bottom, 0)[:5], (), (shape,))
+        return replace(bottom, arrays=(ArrShape(tuple(Value(canonical(v)) for v in value), BOTTOM,
+                                                len(value), len(value)),))
+    return replace(bottom, objects=(ObjShape(tuple((k, Value(canonical(v)), True) for k, v in value.items()),
+                                             BOTTOM),))
 
 
 def literal_union(values: list[Any]) -> ValueSet:
@@ -126,11 +120,11 @@ def literal_union(values: list[Any]) -> ValueSet:
     numbers = [Decimal(v) for v in values if isinstance(v, int | Decimal) and not isinstance(v, bool)]
     for d in numbers:
         _check_magnitude(d, "")
-    ints = [d for d in numbers if d == d.to_integral_value()]
-    fracs = [d for d in numbers if d != d.to_integral_value()]
-    acc = ValueSet(None in values, frozenset(v for v in values if isinstance(v, bool)),
-                   NumSet.points(ints, True), NumSet.points(fracs, False),
-                   SLits(strings_) if strings_ else ValueSet.bottom().strings, (), ())
+    acc = replace(ValueSet.bottom(), null=None in values, bools=frozenset(v for v in values if isinstance(v, bool)),
+                  ints=NumSet.points([d for d in numbers if d == d.to_integral_value()], True),
+                  fracs=NumSet.points([d for d in numbers if d != d.to_integral_value()], False))
+    if strings_:
+        acc = replace(acc, strings=SLits(strings_))
     for value in values:
         if isinstance(value, list | dict):
             acc = acc.union(literal_set(value))
@@ -140,10 +134,6 @@ def literal_union(values: list[Any]) -> ValueSet:
 def _check_magnitude(d: Decimal, pointer: str) -> None:
     if d.is_finite() and (abs(d.adjusted()) > MAX_EXPONENT or len(d.as_tuple().digits) > MAX_DIGITS):
         raise too_complex(f"number {str(d)[:20]}... has too many digits", pointer)
-
-
-def _rest(vs: ValueSet, start: int) -> tuple:
-    return (vs.null, vs.bools, vs.ints, vs.fracs, vs.strings, vs.arrays, vs.objects)[start:]
 
 
 class Evaluator:
@@ -286,8 +276,7 @@ class Evaluator:
                 parts.append(SFormat(fmt))
             elif self.options.strict:
                 raise unsupported("format", child_pointer(pointer, "format"), f"format {fmt[:40]!r}")
-        top = ValueSet.top()
-        return ValueSet(top.null, top.bools, top.ints, top.fracs, s_and(*parts), top.arrays, top.objects)
+        return replace(ValueSet.top(), strings=s_and(*parts))
 
 
 def _conditional(node: dict[str, Any], pointer: str) -> Expr:
@@ -310,11 +299,10 @@ def _types(value: Any, pointer: str) -> ValueSet:
     if not isinstance(names, list) or not names or any(n not in TYPE_NAMES for n in names):
         raise invalid_schema(f"type must be one of {', '.join(TYPE_NAMES)} or a list of them", pointer)
     top, out = ValueSet.top(), ValueSet.bottom()
-    return ValueSet("null" in names, top.bools if "boolean" in names else out.bools,
-                    top.ints if {"integer", "number"} & set(names) else out.ints,
-                    top.fracs if "number" in names else out.fracs,
-                    top.strings if "string" in names else out.strings,
-                    top.arrays if "array" in names else (), top.objects if "object" in names else ())
+    pick = {part: getattr(top if any(n in names for n in types) else out, part) for part, types in (
+        ("null", ("null",)), ("bools", ("boolean",)), ("ints", ("integer", "number")), ("fracs", ("number",)),
+        ("strings", ("string",)), ("arrays", ("array",)), ("objects", ("object",)))}
+    return ValueSet(**pick)
 
 
 def _number(node: dict[str, Any], key: str, pointer: str) -> Decimal | None:
@@ -339,8 +327,7 @@ def _numbers(node: dict[str, Any], pointer: str) -> ValueSet:
             inclusive = False
         make = NumSet.at_least if lower else NumSet.at_most
         ints, fracs = ints.intersect(make(value, inclusive, True)), fracs.intersect(make(value, inclusive, False))
-    top = ValueSet.top()
-    return ValueSet(top.null, top.bools, ints, fracs, top.strings, top.arrays, top.objects)
+    return replace(ValueSet.top(), ints=ints, fracs=fracs)
 
 
 def _count(node: dict[str, Any], key: str, pointer: str, default: int | None) -> int | None:
@@ -393,8 +380,7 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
     elif items is not None:
         tail = _child(pointer, path, "items")
     shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None))
-    top = ValueSet.top()
-    return ValueSet(top.null, top.bools, top.ints, top.fracs, top.strings, (shape,), top.objects)
+    return replace(ValueSet.top(), arrays=(shape,))
 
 
 def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool) -> ValueSet:
@@ -408,9 +394,5 @@ def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: b
     additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
     entries = [(k, _child(pointer, path, "properties", k), k in required) for k in props]
     entries += [(k, additional if explicit else TOP, True) for k in dict.fromkeys(required) if k not in props]
-    top = ValueSet.top()
-    return ValueSet(top.null, top.bools, top.ints, top.fracs, top.strings, top.arrays,
-                    (ObjShape(tuple(entries), additional),))
+    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional),))
 
-
-__all__ = ["Evaluator", "canonical", "literal_set", "parse_json", "s_not", "s_or"]

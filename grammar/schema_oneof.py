@@ -19,8 +19,6 @@ from sprig.grammar.schema_values import (
     ObjShape,
     SExpr,
     ValueSet,
-    _shape_product,
-    _shapes_not,
     array_and,
     array_not,
     object_and,
@@ -28,6 +26,8 @@ from sprig.grammar.schema_values import (
     s_and,
     s_not,
     s_or,
+    shape_product,
+    shapes_not,
 )
 
 EMPTINESS_DEPTH = 3  # why: deeper than this, a shape is assumed non-empty (exactness kept by complementing)
@@ -68,13 +68,13 @@ def _one_shapes(ev, parts, path, meet, negate, everything) -> tuple:
     if len(live) <= 1:
         return live[0][1] if live else ()
     overlaps = {(i, j) for i, p in live for j, q in live
-                if i < j and not all(shape_empty(ev, s, path) for s in _shape_product(p, q, meet))}
+                if i < j and not all(shape_empty(ev, s, path) for s in shape_product(p, q, meet))}
     result: list = []
     for i, shapes in live:
         acc = shapes
         for j, other in live:
             if (min(i, j), max(i, j)) in overlaps:
-                acc = tuple(s for s in _shape_product(acc, _shapes_not(other, negate, everything), meet)
+                acc = tuple(s for s in shape_product(acc, shapes_not(other, negate, everything), meet)
                             if not shape_empty(ev, s, path))
         result.extend(s for s in acc if s not in result)
     return tuple(result)

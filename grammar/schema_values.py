@@ -10,7 +10,7 @@ intersection, `anyOf` union; `not` and `oneOf` use complement (De Morgan over th
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sprig.grammar.errors import too_complex
 from sprig.grammar.numbers import NumSet
@@ -282,7 +282,7 @@ def object_not(a: ObjShape) -> list[ObjShape]:
     return out
 
 
-def _shape_product(left, right, meet):
+def shape_product(left, right, meet):
     if len(left) * len(right) > MAX_SHAPES * 4:
         raise too_complex("too many alternative object or array shapes")
     out = []
@@ -295,10 +295,10 @@ def _shape_product(left, right, meet):
     return tuple(out)
 
 
-def _shapes_not(shapes, negate, everything):
+def shapes_not(shapes, negate, everything):
     acc = (everything,)
     for shape in shapes:
-        acc = _shape_product(acc, tuple(negate(shape)), array_and if isinstance(everything, ArrShape) else object_and)
+        acc = shape_product(acc, tuple(negate(shape)), array_and if isinstance(everything, ArrShape) else object_and)
     return acc
 
 
@@ -325,18 +325,14 @@ class ValueSet:
     def bottom() -> ValueSet:
         return ValueSet(False, frozenset(), NumSet.nothing(True), NumSet.nothing(False), S_NONE, (), ())
 
-    def only(self, **parts) -> ValueSet:
-        """This set restricted to the given parts, every other type empty."""
-        return replace(ValueSet.bottom(), **{k: getattr(self, k) for k in parts})
-
     def is_top(self) -> bool:
         return self == ValueSet.top()
 
     def intersect(self, other: ValueSet, member=None) -> ValueSet:
         return ValueSet(self.null and other.null, self.bools & other.bools, self.ints.intersect(other.ints),
                         self.fracs.intersect(other.fracs), s_and(self.strings, other.strings, member=member),
-                        _shape_product(self.arrays, other.arrays, array_and),
-                        _shape_product(self.objects, other.objects, object_and))
+                        shape_product(self.arrays, other.arrays, array_and),
+                        shape_product(self.objects, other.objects, object_and))
 
     def union(self, other: ValueSet) -> ValueSet:
         return ValueSet(self.null or other.null, self.bools | other.bools, self.ints.union(other.ints),
@@ -347,8 +343,8 @@ class ValueSet:
         """Every JSON value not in this set; raises NotRepresentable where the shapes cannot say it."""
         return ValueSet(not self.null, frozenset((True, False)) - self.bools, self.ints.complement(),
                         self.fracs.complement(), s_not(self.strings),
-                        _shapes_not(self.arrays, array_not, ArrShape()),
-                        _shapes_not(self.objects, object_not, ObjShape()))
+                        shapes_not(self.arrays, array_not, ArrShape()),
+                        shapes_not(self.objects, object_not, ObjShape()))
 
 
 def _dedupe(shapes: tuple) -> tuple:
