@@ -45,7 +45,7 @@ class GrammarCompiler:
     """
 
     def __init__(self, tokenizer_info: TokenizerInfo, max_workers: int = 2, cache_entries: int = 1024,
-                 cache_bytes: int = 1 << 30, timeout_s: float = 30.0, max_memory_bytes: int | None = 4 << 30,
+                 cache_bytes: int = 1 << 30, timeout_s: float = 60.0, max_memory_bytes: int | None = 4 << 30,
                  isolate: bool = True) -> None:
         self.tokenizer_info = tokenizer_info
         self.timeout_s = timeout_s

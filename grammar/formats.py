@@ -7,7 +7,9 @@ Exact for date, date-time, time (RFC 3339, leap years and leap seconds included)
     20, which keeps the 253-character total. Every counted character is a state of the token automaton,
     and outlines-core stores a token map per state, so the exact rule (8+ labels of 63) would cost ~4x more.
   * time / date-time: a leap second (":60") is allowed with offsets whose minutes are :00 or :30.
-email is RFC 5321 `Mailbox` (dot-atom or quoted local part; hostname, IPv4 or IPv6 literal domain).
+email is the RFC 5321 `Mailbox` syntax (section 4.1.2: dot-atom or quoted local part; a domain of
+LDH sub-domains, or an IPv4 or IPv6 address literal); the size limits of section 4.5.3 are not syntax and
+are not counted (counting would cost one automaton state per character, see hostname).
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def _hostname() -> str:
 def _email() -> str:
     atext = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]"
     local = rf"(?:{atext}+(?:\.{atext}+)*|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\")"
-    domain = rf"(?:{_hostname()}|\[{_IPV4}\]|\[IPv6:{_ipv6()}\])"
+    sub_domain = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # why: the Mailbox ABNF counts nothing
+    domain = rf"(?:{sub_domain}(?:\.{sub_domain})*|\[{_IPV4}\]|\[IPv6:{_ipv6()}\])"
     return f"{local}@{domain}"
 
 
