@@ -102,8 +102,10 @@ class GrammarMatcher:
     # ---- advancing ----
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar does not allow it here."""
+        if not 0 <= token_id < self._info.vocab_size or self.is_terminated():
+            return False
         state = self.state
-        if self.is_terminated() or self._index.get_next_state(state, token_id) is None:
+        if self._index.get_next_state(state, token_id) is None:
             return False
         self._guide.advance(token_id, return_tokens=False)
         self._history.append((token_id, state))
@@ -114,17 +116,6 @@ class GrammarMatcher:
         for n, tok in enumerate(token_ids):
             if not self.accept_token(tok):
                 self.rollback(n)
-                return False
-        return True
-
-    def accepts_string(self, text: str | bytes) -> bool:
-        """Would the grammar let these bytes follow? (byte by byte, via single-byte tokens; no state change)"""
-        state = self.state
-        byte_tokens = self.compiled.tokenizer_info.single_byte_tokens()
-        for b in text.encode("utf-8") if isinstance(text, str) else text:
-            tok = byte_tokens[b]
-            state = -1 if tok < 0 else self._index.get_next_state(state, tok)
-            if state is None or state < 0:
                 return False
         return True
 

@@ -81,7 +81,8 @@ def test_eos_only_when_complete_then_terminated(compiled, info):
 def test_refused_token_changes_nothing(compiled, info):
     matcher = GrammarMatcher(compiled)
     before = matcher.state
-    assert not matcher.accept_token(encode(info, "[")[0])
+    for tok in (encode(info, "[")[0], -1, VOCAB, 2**40):
+        assert not matcher.accept_token(tok)
     assert matcher.state == before
 
 
