@@ -45,6 +45,26 @@ def outlines_vocabulary(info: TokenizerInfo) -> Vocabulary:
     return Vocabulary(info.vocab_size, mapping)
 
 
+def probe_outlines_core() -> dict[str, bool]:
+    """Which end-of-match defects the installed outlines-core has, on a five-token vocabulary.
+
+    True means the raw library loses the transition; sprig's wrapped compile must never (see the tests).
+    """
+    vocabulary = Vocabulary(99, {b"1": [1], b".": [2], b"5": [3], b"a": [4], b"ab": [5], b"\x00": [6]})
+
+    def reaches(regex: str, tokens: list[int]) -> bool:
+        index = Index(regex, vocabulary)
+        state = index.get_initial_state()
+        for tok in tokens:
+            state = index.get_next_state(state, tok)
+            if state is None:
+                return False
+        return True
+
+    return {"exit_accepting_state": not reaches(r"1(\.5)?", [1, 2]),
+            "shadowed_alternative": not reaches(r"a|ab", [5])}
+
+
 def build_index(regex: str, vocabulary: Vocabulary) -> Index:
     """Compile `regex` (Rust syntax, full match) into a token automaton; see the module note."""
     try:
