@@ -1,8 +1,9 @@
 """Compile workers: processes that can be killed, so a compile that runs too long or too big cannot hurt.
 
 outlines-core compiles in native code that no Python timeout can interrupt, and a pathological automaton
-can eat gigabytes. Each worker is a separate process (a fresh interpreter, so it shares no threads or torch state with
-the engine) under an address-space limit (RLIMIT_AS); a thread per worker feeds it one job at a time and
+can eat gigabytes. Each worker is a separate process (a fresh interpreter, so it shares no threads or
+torch state with the engine) under an address-space limit (RLIMIT_AS); a thread per worker feeds it one job
+at a time and
 waits at most `timeout_s`. A worker past its time is killed and replaced; one that dies (out of memory)
 likewise. Either way the job fails with `GrammarTooComplex` and the other jobs never notice.
 """
@@ -45,7 +46,10 @@ def _worker_main(conn) -> None:
         except MemoryError:
             conn.send((False, too_complex("compilation ran out of its memory budget")))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
-            conn.send((False, exc))
+            try:
+                conn.send((False, exc))
+            except Exception:  # noqa: BLE001 - an exception that does not pickle goes back as text
+                conn.send((False, RuntimeError(f"{type(exc).__name__}: {str(exc)[:300]}")))
 
 
 class _Slot:
