@@ -3,9 +3,8 @@
 outlines-core compiles in native code that no Python timeout can interrupt, and a pathological automaton
 can eat gigabytes. Each worker is a separate process (a fresh interpreter, so it shares no threads or
 torch state with the engine) under an address-space limit (RLIMIT_AS); a thread per worker feeds it one job
-at a time and
-waits at most `timeout_s`. A worker past its time is killed and replaced; one that dies (out of memory)
-likewise. Either way the job fails with `GrammarTooComplex` and the other jobs never notice.
+at a time and waits at most `timeout_s`. A worker past its time is killed and replaced; one that dies (out
+of memory) likewise. Either way the job fails with `GrammarTooComplex` and the other jobs never notice.
 """
 
 from __future__ import annotations
