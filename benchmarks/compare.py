@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workloads", nargs="+", type=DatasetKind, default=DEFAULT_WORKLOADS,
                    choices=[k.value for k in DatasetKind if k is not DatasetKind.FILE])
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--num-prompts", type=int, default=64)
+    p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-concurrency", type=int, default=16)
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=64)
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline-prompts", type=int, default=16,
                    help="transformers runs the first N requests only (one static batch of 16 takes ~2 min here)")
-    p.add_argument("--sweep-rates", nargs="*", type=float, default=[1, 2, 4, 8],
+    p.add_argument("--sweep-rates", nargs="*", type=float, default=[0.25, 0.5, 1, 2],
                    help="request rates (req/s, Poisson) for the throughput-vs-rate plot on `random`; none: skip")
     p.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or PATH)")
     p.add_argument("--llama-cpp-dir", default=None,

@@ -181,6 +181,9 @@ def render(data: dict[str, Any], out_dir: Path) -> Path:
     ):
         if draw(out_dir / name):
             figures.append((title, name))
+    notes = out_dir / "notes.md"  # hand-written analysis of this run, kept across re-renders
+    if notes.exists():
+        data = {**data, "notes": notes.read_text().splitlines()}
     path = out_dir / "report.md"
     path.write_text(markdown(data, figures))
     return path
@@ -226,9 +229,7 @@ def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
     lines += _profile_lines(data)
     for title, name in figures:
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
-    notes = data.get("notes")
-    if notes:
-        lines += ["## Notes", "", *notes, ""]
+    lines += [*data.get("notes", []), ""]
     return "\n".join(lines)
 
 
