@@ -47,13 +47,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-concurrency", type=int, default=16)
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--range-ratio", type=float, default=1.0,
+                   help="draw input/output lengths from [ratio * len, len] (1: fixed, as in the targets)")
     p.add_argument("--prefix-len", type=int, default=512)
     p.add_argument("--num-groups", type=int, default=4)
     p.add_argument("--num-turns", type=int, default=3, help="multi-turn: turns per conversation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline-prompts", type=int, default=16,
                    help="transformers runs the first N requests only (one static batch of 16 takes ~2 min here)")
-    p.add_argument("--sweep-rates", nargs="*", type=float, default=[0.25, 0.5, 1, 2],
+    p.add_argument("--sweep-rates", nargs="*", type=float, default=[0.5, 1, 2, 4],
                    help="request rates (req/s, Poisson) for the throughput-vs-rate plot on `random`; none: skip")
     p.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or PATH)")
     p.add_argument("--llama-cpp-dir", default=None,
@@ -86,7 +88,8 @@ def model_dir(name: str) -> Path:
 
 def workload_spec(args: argparse.Namespace, kind: DatasetKind, seed: int) -> WorkloadSpec:
     return WorkloadSpec(kind=kind, num_prompts=args.num_prompts, input_len=args.input_len,
-                        output_len=args.output_len, seed=seed, prefix_len=args.prefix_len,
+                        output_len=args.output_len, range_ratio=args.range_ratio, seed=seed,
+                        prefix_len=args.prefix_len,
                         num_groups=args.num_groups, num_turns=args.num_turns)
 
 
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "setup": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
                   "num_prompts": args.num_prompts, "concurrency": args.max_concurrency, "input_len": args.input_len,
                   "output_len": args.output_len, "prefix_len": args.prefix_len, "num_groups": args.num_groups,
-                  "baseline_prompts": args.baseline_prompts},
+                  "baseline_prompts": args.baseline_prompts, "range_ratio": args.range_ratio},
         "skipped": {}, "runs": [], "sweep": [], "commands": {},
     }
     tok = Tokenizer(path)
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             system.stop()
     data["load_after"] = load_average()
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "compare.json").write_text(json.dumps(data, indent=1))
+    (out_dir / "compare.json").write_text(json.dumps(data, separators=(",", ":")))  # compact: it is committed
     print_ratios(data)
     print(f"report: {render(data, out_dir)}")
     return 0

@@ -14,6 +14,9 @@ METRICS = ("output_tok_s", "request_throughput", "ttft_p50", "ttft_p99", "tpot_p
            "json_valid_share")
 
 
+COLORS = {"sprig": "C0", "sprig-no-cache": "C1", "llama.cpp": "C2", "transformers": "C3"}  # same in every plot
+
+
 @dataclass(frozen=True)
 class Target:
     """A ratio the issue asks for: `system` / `baseline` on `workload` in `metric` at least `at_least`."""
@@ -98,7 +101,7 @@ def plot_throughput_vs_rate(data: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=90)
     for system in sorted({r["system"] for r in sweep}):
         rows = sorted((r["rate"], r["summary"]["output_tok_s"]) for r in sweep if r["system"] == system)
-        ax.plot([x for x, _ in rows], [y for _, y in rows], marker="o", label=system)
+        ax.plot([x for x, _ in rows], [y for _, y in rows], marker="o", label=system, color=COLORS.get(system))
     ax.set_xlabel("request rate (req/s, Poisson)")
     ax.set_ylabel("output tokens/s")
     ax.set_title(f"{sweep[0]['workload']}: throughput vs request rate")
@@ -122,7 +125,8 @@ def plot_cdfs(data: dict[str, Any], metric: str, path: Path) -> bool:
             values = sorted(1e3 * v for r in data["runs"] if r["workload"] == wl and r["system"] == system
                             for v in r["requests"][metric] if v is not None)
             if values:
-                ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=system)
+                ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=system,
+                        color=COLORS.get(system))
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels collide on short log ranges
         ax.set_title(wl)
@@ -156,9 +160,9 @@ def plot_cache_hits(data: dict[str, Any], path: Path, workload: str = "shared-pr
             prompt += p
             xs.append(end)
             ys.append(cached / prompt)
-        ax.plot(xs, ys, label=run["system"], drawstyle="steps-post")
+        ax.plot(xs, ys, label=run["system"], drawstyle="steps-post", color=COLORS.get(run["system"]))
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("time since start (s)")
+    ax.set_xlabel("time since the run started (s), at each request's finish")
     ax.set_ylabel("cumulative cache hit rate")
     ax.set_title(f"{workload}: prompt tokens served from cache")
     ax.grid(alpha=0.3)
@@ -189,6 +193,11 @@ def render(data: dict[str, Any], out_dir: Path) -> Path:
     return path
 
 
+def _lengths(setup: dict[str, Any]) -> str:
+    r = setup.get("range_ratio", 1.0)
+    return "" if r == 1.0 else f" (lengths drawn uniformly from [{r:g} x, 1 x] these)"
+
+
 def _fmt(v: float | None, pattern: str = "{:.1f}") -> str:
     return "–" if v is None else pattern.format(v)
 
@@ -201,7 +210,7 @@ def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
              f"Machine: {data['machine']}. Checkpoint `{s['model']}` in {s['dtype']}, {s['threads']} threads per "
              f"system, {s['num_prompts']} requests per run, concurrency {s['concurrency']}, input {s['input_len']} "
              f"tokens (shared-prefix: + {s['prefix_len']}-token prefix, {s['num_groups']} groups), output "
-             f"{s['output_len']} tokens. Medians of {s['rounds']} interleaved rounds (each round sends fresh "
+             f"{s['output_len']} tokens{_lengths(s)}. Medians of {s['rounds']} interleaved rounds (each round sends fresh "
              f"prompts to every system, in alternating order). transformers runs the first "
              f"{s.get('baseline_prompts', s['num_prompts'])} requests of each round in static batches of "
              f"{s['concurrency']}.", "",
