@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -42,7 +43,7 @@ class EngineCounters:
     decode_steps: int = 0
     decode_batch_tokens: int = 0
     jump_forward_tokens: int = 0
-    recent_step_tokens: list[int] = field(default_factory=list)
+    recent_step_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=64))
 
 
 class EngineCore:
@@ -160,7 +161,7 @@ class EngineCore:
         c.step_time += elapsed
         tokens = sum(s.num_tokens for s in plan)
         c.computed_tokens += tokens
-        c.recent_step_tokens = (c.recent_step_tokens + [tokens])[-64:]
+        c.recent_step_tokens.append(tokens)  # bounded deque: no per-step list copy
         if all(s.num_tokens == 1 for s in plan):
             c.decode_steps += 1
             c.decode_batch_tokens += tokens

@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from sprig.radix import RadixCache
 from sprig.runtime.kv_cache import KVCacheManager
 from sprig.runtime.request import Request, RequestStatus
@@ -164,7 +166,7 @@ class Scheduler:
             if need > self.kv.available_tokens - reserved or not self.kv.ensure_capacity(req, req.kv_len + n):
                 self.kv.release(req, cache=False)
                 break
-            in_batch.insert(uncached, _dummy_slots(len(uncached)), namespace=req.namespace)
+            in_batch.insert(uncached, np.zeros(len(uncached), dtype=np.int64), namespace=req.namespace)
             reserved += self._future_tokens(req)
             self.waiting.remove(req)
             self.running.append(req)
@@ -176,8 +178,3 @@ class Scheduler:
             budget -= n
         return plan
 
-
-def _dummy_slots(n: int):
-    import numpy as np
-
-    return np.zeros(n, dtype=np.int64)
