@@ -4,8 +4,9 @@ JSON Schema compares numbers by value: `1`, `1.0` and `1.00` are the same intege
 two interval sets, the integers and the non-integers, which makes `type: integer`, bounds, `enum` and
 `oneOf`/`not` simple set algebra. Emission writes decimal notation (`-?int(.frac)?`): each integer as its
 canonical digits, optionally followed by `.0…`; each non-integer with a fraction that has a non-zero digit.
-Exponents are written only for the unconstrained `number` (every JSON number is then valid). The grammar is
-thereby a subset of the valid spellings, never a superset.
+Exponents are written only for the unconstrained `number` (every JSON number is then valid). Freely chosen
+digits are counted (see FREE_INT_DIGITS). The grammar is thereby a subset of the valid spellings, never a
+superset.
 """
 
 from __future__ import annotations
@@ -17,15 +18,26 @@ from functools import lru_cache
 
 from sprig.grammar import regex_ir as ir
 
+# Digits the grammar chooses freely (where no bound dictates them) are counted, so that every generated
+# number means the same as an IEEE double (what JSON parsers and `jsonschema` read) and a sampling model
+# cannot write digits forever: free integers get at most 15 digits, the integer part of a free non-integer
+# at most 9 and a free fraction at most 6 (<= 15 significant digits: the double keeps them all), exponents 2.
+FREE_INT_DIGITS = 15
+FREE_FRAC_INT_DIGITS = 9
+FREE_FRAC_DIGITS = 6
+MAX_EXPONENT_DIGITS = 2
+
 DIGIT = ir.chars(((48, 57),))
 NONZERO = ir.chars(((49, 57),))
-ANY_DIGITS = ir.star(DIGIT)
-NONZERO_FRACTION = ir.seq(ANY_DIGITS, NONZERO, ANY_DIGITS)  # digits with at least one non-zero
-INTEGER_FRACTION = ir.opt(ir.seq(ir.char("."), ir.rep(ir.char("0"), 1)))  # 1 == 1.0 == 1.00
-JSON_NUMBER = ir.seq(ir.opt(ir.char("-")), ir.alt(ir.char("0"), ir.seq(NONZERO, ANY_DIGITS)),
-                     ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1))),
+ANY_DIGITS = ir.rep(DIGIT, 0, FREE_FRAC_DIGITS)
+NONZERO_FRACTION = ir.alt(*(ir.seq(ir.rep(ir.char("0"), k, k), NONZERO, ir.rep(DIGIT, 0, FREE_FRAC_DIGITS - 1 - k))
+                            for k in range(FREE_FRAC_DIGITS)))  # digits with at least one non-zero
+INTEGER_FRACTION = ir.opt(ir.lit(".0"))  # 1 == 1.0: one spelling of a zero fraction is enough
+JSON_NUMBER = ir.seq(ir.opt(ir.char("-")),
+                     ir.alt(ir.char("0"), ir.seq(NONZERO, ir.rep(DIGIT, 0, FREE_INT_DIGITS - 1))),
+                     ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1, FREE_FRAC_DIGITS))),
                      ir.opt(ir.seq(ir.chars(((69, 69), (101, 101))), ir.opt(ir.chars(((43, 43), (45, 45)))),
-                                   ir.rep(DIGIT, 1))))
+                                   ir.rep(DIGIT, 1, MAX_EXPONENT_DIGITS))))
 
 
 @dataclass(frozen=True)
@@ -173,7 +185,8 @@ def integer_range(lo: int | None, hi: int | None) -> ir.Node:
     return ir.alt(*parts)
 
 
-def _nonneg_range(lo: int, hi: int | None) -> ir.Node:
+def _nonneg_range(lo: int, hi: int | None, free_digits: int = FREE_INT_DIGITS) -> ir.Node:
+    """lo..hi; without `hi`, numbers longer than lo get at most `free_digits` digits (or len(lo) + 1)."""
     if hi is not None and lo > hi:
         return ir.NEVER
     top_len = len(str(lo)) if hi is None else len(str(hi))
@@ -184,7 +197,7 @@ def _nonneg_range(lo: int, hi: int | None) -> ir.Node:
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
     if hi is None:  # every longer number
-        parts.append(ir.seq(NONZERO, ir.rep(DIGIT, top_len)))
+        parts.append(ir.seq(NONZERO, ir.rep(DIGIT, top_len, max(top_len, free_digits - 1))))
     return ir.alt(*parts)
 
 
@@ -236,7 +249,8 @@ def _positive_fractions(lo: Decimal, lo_incl: bool, hi: Decimal | None, hi_incl:
     parts = [_spelled(n_lo, _fraction(lo_frac, lo_incl, None, False))]
     n_hi = None if hi is None else math.floor(hi)
     if n_hi is None or n_hi - 1 >= n_lo + 1:
-        parts.append(ir.seq(_nonneg_range(n_lo + 1, None if n_hi is None else n_hi - 1), ir.char("."),
+        parts.append(ir.seq(_nonneg_range(n_lo + 1, None if n_hi is None else n_hi - 1, FREE_FRAC_INT_DIGITS),
+                            ir.char("."),
                             NONZERO_FRACTION))
     if hi is not None:
         parts.append(_spelled(n_hi, _fraction("", True, _frac_digits(hi), hi_incl)))  # type: ignore[arg-type]
@@ -268,13 +282,13 @@ def _digits(a: str | None, a_incl: bool, b: str | None, b_incl: bool, nonempty: 
     if a == "" and a_incl:
         a = None  # why: "value >= 0" holds for every digit string
     if a is None and b is None:
-        return ir.rep(DIGIT, 1) if nonempty else ANY_DIGITS
+        return ir.rep(DIGIT, 1, FREE_FRAC_DIGITS) if nonempty else ANY_DIGITS
     if a == "" and b == "":
         return ir.NEVER  # above zero and at most zero
     if a == "" and not a_incl and b is None:
-        return NONZERO_FRACTION  # why: the only loop: leading zeros until the first non-zero digit
+        return NONZERO_FRACTION  # why: leading zeros, then a non-zero digit
     if a is None and b == "":
-        return (ir.rep(ir.char("0"), 1) if nonempty else ir.star(ir.char("0"))) if b_incl else ir.NEVER
+        return ir.rep(ir.char("0"), int(nonempty), FREE_FRAC_DIGITS) if b_incl else ir.NEVER
     empty_ok = (a is None or (a == "" and a_incl)) and (b is None or b != "" or b_incl)
     groups: dict[tuple, list[int]] = {}
     for c in range(10):
