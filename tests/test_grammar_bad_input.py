@@ -10,11 +10,14 @@ is replaced.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import tracemalloc
 
 import pytest
 
+from sprig import Engine
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
 from sprig.grammar.builder import spec_to_regex
 
@@ -55,6 +58,11 @@ CASES = {
     "minItems 10^6": (GrammarSpec.json_schema({"type": "array", "minItems": 10**6}), "grammar_too_complex"),
     "maxLength 10^6": (GrammarSpec.json_schema({"type": "string", "maxLength": 10**6}), "grammar_too_complex"),
     "minimum 1e100000": (GrammarSpec.json_schema('{"minimum": 1e100000}'), "grammar_too_complex"),
+    # format x length: the product automaton turned back into a regex grows without bound (once 30-40 s)
+    "uri with maxLength 24": (GrammarSpec.json_schema({"type": "string", "format": "uri", "maxLength": 24}),
+                              "grammar_too_complex"),
+    "hostname with maxLength 30": (GrammarSpec.json_schema(
+        {"type": "string", "format": "hostname", "maxLength": 30}), "grammar_too_complex"),
     "deep recursion allowed by options": (GrammarSpec.json_schema(
         {"$defs": {"t": {"type": "object", "properties": {"l": {"$ref": "#/$defs/t"}, "r": {"$ref": "#/$defs/t"}},
                          "additionalProperties": False}}, "$ref": "#/$defs/t"},
@@ -138,3 +146,36 @@ def test_memory_limit_kills_the_worker_and_the_next_compile_works(tiny_paths):
         assert err.value.code == "grammar_too_complex" and "memory" in err.value.message
         assert comp.compile(GrammarSpec.regex("after")).regex == "after"
         assert comp.stats()["worker_crashes"] == 1
+
+
+def test_the_engine_serves_others_while_grammars_compile_or_fail(tiny_paths):
+    """A slow grammar compiling and bad ones failing hold up neither each other nor unconstrained requests."""
+    slow = {"json_schema": json.dumps({"type": "string", "maxLength": 4000}), "max_new_tokens": 4}  # ~3-6 s
+    bad = [{"regex": "(a|b)*a(a|b){40}"}, {"json_schema": '{"type": "object",'}, {"regex": "(ab"},
+           {"json_schema": json.dumps({"type": "array", "uniqueItems": True})},
+           {"json_schema": deep_schema_text()}, {"regex": "|".join(f"w{i}" for i in range(10**5))}]
+
+    async def timed(coro):
+        start = time.perf_counter()
+        try:
+            return await coro, time.perf_counter() - start
+        except Exception as exc:  # the request's error is the result here
+            return exc, time.perf_counter() - start
+
+    async def main(engine):
+        slow_task = asyncio.ensure_future(timed(engine.async_generate("slow", slow)))
+        await asyncio.sleep(0.05)
+        errors = await asyncio.gather(*(timed(engine.async_generate("bad", b)) for b in bad))
+        plain = await asyncio.gather(*(timed(engine.async_generate(f"p{i}", {"max_new_tokens": 16}))
+                                       for i in range(4)))
+        assert not slow_task.done(), "the slow grammar should still be compiling"
+        return errors, plain, await slow_task
+
+    with Engine(str(tiny_paths["tiny-llama"]), dtype="float32", max_total_tokens=8192, random_seed=0) as engine:
+        engine.generate("warm", {"max_new_tokens": 2, "regex": "warm"})  # start the compile workers
+        errors, plain, (slow_out, slow_s) = asyncio.run(main(engine))
+    for (err, seconds), params in zip(errors, bad, strict=True):
+        assert isinstance(err, ValueError) and seconds < 1.0, (str(params)[:60], err, seconds)
+    assert all(out["meta_info"]["completion_tokens"] == 16 and seconds < 1.0 for out, seconds in plain)
+    assert isinstance(slow_out, dict) and slow_out["text"].startswith('"'), slow_out  # it did compile, later
+    assert slow_s > max(seconds for _, seconds in plain)
