@@ -2,10 +2,12 @@
 
 Exact for date, date-time, time (RFC 3339, leap years and leap seconds included), uuid, ipv4, ipv6 and uri
 (RFC 3986). Two are deliberate subsets, so that the grammar never accepts an invalid value:
-  * hostname: RFC 1123 labels without "--" in positions 3-4 (reserved for IDNA A-labels, whose validity
-    needs Punycode decoding, not a regex): a first label of up to 63 characters and up to 4 more of up to
-    20, which keeps the 253-character total. Every counted character is a state of the token automaton,
-    and outlines-core stores a token map per state, so the exact rule (8+ labels of 63) would cost ~4x more.
+  * hostname: RFC 1123 labels without "--" in positions 3-4 (reserved), plus IDNA A-labels ("xn--" and LDH
+    characters here; whether one is valid needs Punycode decoding and the IDNA2008 rules, which no regex
+    does, so grammar/labels.py decides it in the matcher): a first label of up to 63 characters and up to
+    4 more of up to 20, which keeps the 253-character total. Every counted character is a state of the
+    token automaton, and outlines-core stores a token map per state, so the exact rule (8+ labels of 63)
+    would cost ~4x more.
   * time / date-time: a leap second (":60") is allowed with offsets whose minutes are :00 or :30.
 email is the RFC 5321 `Mailbox` syntax (section 4.1.2: dot-atom or quoted local part; a domain of
 LDH sub-domains, or an IPv4 or IPv6 address literal); the size limits of section 4.5.3 are not syntax and
@@ -84,8 +86,14 @@ def _label(max_len: int) -> str:
             f"|{a}{ldh}(?:{a}{ldh}|-{a}){ldh}{{0,{max_len - 5}}}{a})")
 
 
+def _a_label(max_len: int) -> str:
+    """"xn--" and LDH characters: a candidate A-label, decided by the matcher (grammar/labels.py)."""
+    return f"[Xx][Nn]--[A-Za-z0-9-]{{0,{max_len - 5}}}[A-Za-z0-9]"
+
+
 def _hostname() -> str:
-    return f"{_label(63)}(?:\\.{_label(20)}){{0,4}}"
+    first, rest = f"(?:{_label(63)}|{_a_label(63)})", f"(?:{_label(20)}|{_a_label(20)})"
+    return f"{first}(?:\\.{rest}){{0,4}}"
 
 
 def _email() -> str:

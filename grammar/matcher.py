@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from outlines_core import Guide
 
+from sprig.grammar import labels
 from sprig.grammar.automaton import CompiledGrammar
 
 MAX_JUMP_BYTES = 256  # why: bounds the work (and the extend pass) of one jump-forward
@@ -53,8 +54,11 @@ class GrammarMatcher:
         self._info = compiled.tokenizer_info
         self._max_rollback = max_rollback
         self._guide = Guide(self._index, max_rollback=max_rollback + 1)
-        self._history: deque[tuple[int, int]] = deque(maxlen=max_rollback)  # (token, state before it)
+        # (token, state before it, string scan before it)
+        self._history: deque[tuple[int, int, labels.StringScan]] = deque(maxlen=max_rollback)
         self._eos = self._info.eos_token_ids
+        self._labels = labels.rules_for(compiled.spec.kind, compiled.regex, self._info)  # hostname A-labels
+        self._scan = labels.StringScan()
         self._guide.advance(self._eos[0], return_tokens=False)  # past the leading sentinel (automaton.py)
 
     # ---- state ----
@@ -74,6 +78,7 @@ class GrammarMatcher:
         self._guide.reset()
         self._guide.advance(self._eos[0], return_tokens=False)
         self._history.clear()
+        self._scan = labels.StringScan()
 
     # ---- masks ----
     def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
@@ -89,11 +94,13 @@ class GrammarMatcher:
         cached = self.compiled.mask_rows.get(self.state)
         if cached is not None:
             target.copy_(cached)
-            return
-        self._guide.write_mask_into(target.data_ptr(), target.numel(), 4)
-        rows = self.compiled.mask_rows
-        if len(rows) * target.numel() * 4 < MAX_ROW_CACHE_BYTES:  # why: big states cost ms to write, once
-            rows[self.state] = target.clone()
+        else:
+            self._guide.write_mask_into(target.data_ptr(), target.numel(), 4)
+            rows = self.compiled.mask_rows
+            if len(rows) * target.numel() * 4 < MAX_ROW_CACHE_BYTES:  # why: big states cost ms to write, once
+                rows[self.state] = target.clone()
+        if self._labels is not None:
+            self._labels.restrict(target, self._scan, self._info.token_bytes)
 
     def allowed_tokens(self) -> list[int]:
         """The allowed token ids of the current state (for tests and debugging; slow on big vocabularies)."""
@@ -107,8 +114,14 @@ class GrammarMatcher:
         state = self.state
         if self._index.get_next_state(state, token_id) is None:
             return False
+        scan = self._scan
+        if self._labels is not None and token_id not in self._eos:
+            scan, invalid = scan.feed(self._info.token_bytes[token_id] or b"")
+            if invalid:  # why: the token ends an A-label that IDNA does not allow
+                return False
         self._guide.advance(token_id, return_tokens=False)
-        self._history.append((token_id, state))
+        self._history.append((token_id, state, self._scan))
+        self._scan = scan
         return True
 
     def accept_tokens(self, token_ids: list[int] | tuple[int, ...]) -> bool:
@@ -127,7 +140,7 @@ class GrammarMatcher:
             raise ValueError(f"cannot roll back {k} tokens; {len(self._history)} are kept")
         self._guide.rollback_state(k)
         for _ in range(k):
-            self._history.pop()
+            self._scan = self._history.pop()[2]
 
     # ---- jump-forward ----
     def find_jump_forward_bytes(self) -> bytes:
@@ -162,7 +175,7 @@ class GrammarMatcher:
         return None
 
     def _retokenize(self, text: str, k: int) -> JumpForward | None:
-        recent = [tok for tok, _ in list(self._history)[len(self._history) - k:]]
+        recent = [entry[0] for entry in list(self._history)[len(self._history) - k:]]
         prefix = b"".join(self._info.token_bytes[t] or b"" for t in recent)
         try:
             full = prefix.decode("utf-8") + text

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-from sprig.grammar import charset, fsm
+from sprig.grammar import charset, fsm, labels
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.char_classes import Dialect
 from sprig.grammar.formats import format_language
@@ -159,6 +159,8 @@ def member(expr: SExpr, text: str) -> bool:
         return text in expr.values
     if isinstance(expr, SLen):
         return len(text) >= expr.lo and (expr.hi is None or len(text) <= expr.hi)
+    if isinstance(expr, SFormat) and expr.name == "hostname" and not labels.host_labels_valid(text):
+        return False  # why: A-labels are decided beside the regex (grammar/labels.py)
     return _python_regex(expr).fullmatch(text) is not None
 
 
