@@ -13,6 +13,7 @@ request, which is where a prefix-sharing workload spends its decode time on a CP
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -60,6 +61,7 @@ class AttentionMetadata:
     decode_mask: torch.Tensor | None  # bool [Bd, 1, 1, max_pages * page_size]: True where a key is valid
     extends: tuple[ExtendSeq, ...]
     decode_split: DecodeSplit | None = None  # set when some decode rows share prefix pages
+    decode_lens: torch.Tensor | None = None  # int64 [Bd]: keys per decode row (the new token included)
 
     def to(self, device: torch.device) -> AttentionMetadata:
         """The same layout with every tensor on `device` (built on the CPU, used where the pool lives)."""
@@ -101,7 +103,7 @@ class AttentionMetadata:
         mask = torch.arange(max_pages * page_size).unsqueeze(0) < lens.unsqueeze(1)
         split = _split_shared_prefixes(page_size, decode_tables, decode_lens)
         return AttentionMetadata(
-            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split
+            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split, lens
         )
 
 
@@ -155,6 +157,9 @@ def _move(obj, device: torch.device):
     return obj
 
 
+DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "AttentionMetadata", float], torch.Tensor]
+
+
 def store_kv(
     k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
@@ -166,7 +171,8 @@ def store_kv(
 def _gather_pages(cache: torch.Tensor, pages: torch.Tensor, page_size: int) -> torch.Tensor:
     """[..., n_pages] page ids → [..., n_pages * page_size, Hkv, D] keys or values."""
     paged = cache.view(-1, page_size, *cache.shape[1:])
-    out = paged[pages]
+    # index_select copies whole pages; advanced indexing (`paged[pages]`) is ~6x slower on the CPU.
+    out = paged.index_select(0, pages.reshape(-1)).view(*pages.shape, *paged.shape[1:])
     return out.flatten(-4, -3)
 
 
@@ -178,21 +184,45 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    decode: DecodeFn | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
-    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv.
+    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` replaces `decode_attention` for the decode rows
+    (the CPU backend passes its C kernel).
     """
     out = torch.empty_like(q)
+    if meta.decode_rows is not None:
+        qd = q.index_select(0, meta.decode_rows)
+        out.index_copy_(0, meta.decode_rows, (decode or decode_attention)(qd, k_cache, v_cache, meta, scale))
+    extend_attention(q, k, v, k_cache, v_cache, meta, scale, out)
+    return out
+
+
+def decode_attention(
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """Attention of the decode rows' queries qd [Bd, Hq, D] over their pages; returns [Bd, Hq, D]."""
     if meta.decode_split is not None:
-        od = _split_decode_attention(q.index_select(0, meta.decode_rows), k_cache, v_cache, meta, scale)
-        out.index_copy_(0, meta.decode_rows, od)
-    elif meta.decode_rows is not None:
-        qd = q.index_select(0, meta.decode_rows).unsqueeze(2)  # [Bd, Hq, 1, D]
-        kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
-        vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, scale=scale, enable_gqa=True)
-        out.index_copy_(0, meta.decode_rows, od.squeeze(2))
+        return _split_decode_attention(qd, k_cache, v_cache, meta, scale)
+    kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
+    vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
+    od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
+                                        enable_gqa=True)
+    return od.squeeze(2)
+
+
+def extend_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Write into `out` the attention of every multi-token sequence (prefill or extend after a prefix)."""
     for seq in meta.extends:
         rows = slice(seq.token_start, seq.token_start + seq.extend_len)
         qe = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, ext, D]
@@ -206,7 +236,6 @@ def paged_attention(
             ve = _gather_pages(v_cache, seq.pages, meta.page_size)[:seq_len].transpose(0, 1).unsqueeze(0)
             oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=seq.mask, scale=scale, enable_gqa=True)
         out[rows] = oe.squeeze(0).transpose(0, 1)
-    return out
 
 
 _flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns (out, logsumexp)

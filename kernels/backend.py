@@ -1,9 +1,11 @@
-"""Pick the kernel implementations the model and sampler call: torch references or their Triton twins.
+"""Pick the kernel implementations the model and sampler call: torch references, their Triton twins, or C.
 
 `get_kernels("torch")` gives the reference ops of `kernels/*.py`; `get_kernels("triton")` the `kernels/triton_*.py`
-twins with the same signatures and semantics; `get_kernels()` picks Triton on CUDA and torch elsewhere. Triton
-runs on CPU tensors only through its interpreter (`TRITON_INTERPRET=1` set before the Triton modules are first
-imported), which is how the twins are tested without a GPU; asking for Triton on CPU otherwise is an error.
+twins with the same signatures and semantics; `get_kernels("cpu")` the torch ops with decode attention from the C
+kernel in `kernels/csrc` (built on first use by `kernels/cpu_native.py`). `get_kernels()` picks Triton on CUDA,
+and on the CPU "cpu" when the C kernel builds here, else torch. Triton runs on CPU tensors only through its
+interpreter (`TRITON_INTERPRET=1` set before the Triton modules are first imported), which is how the twins are
+tested without a GPU; asking for Triton on CPU otherwise is an error.
 The Triton modules are imported lazily, so importing this module never needs triton.
 
 Sampling stays in torch (`runtime/sampler.py`), on purpose:
@@ -21,11 +23,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-BACKENDS = ("torch", "triton")
+BACKENDS = ("torch", "triton", "cpu")
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,14 @@ class KernelSet:
 
 
 def default_backend(device: torch.device | str | None = None) -> str:
-    """ "triton" when the device is CUDA (or, with no device given, CUDA is available) and triton imports."""
+    """ "triton" on CUDA (with no device given: when CUDA is available) if triton imports; on the CPU "cpu" when
+    sprig's C kernels build here; else "torch"."""
     on_cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
-    return "triton" if on_cuda and _triton_importable() else "torch"
+    if on_cuda:
+        return "triton" if _triton_importable() else "torch"
+    from sprig.kernels.cpu_native import native_kernels
+
+    return "cpu" if native_kernels() is not None else "torch"
 
 
 def get_kernels(backend: str | None = None, device: torch.device | str | None = None) -> KernelSet:
@@ -60,6 +67,8 @@ def get_kernels(backend: str | None = None, device: torch.device | str | None = 
     if backend == "triton":
         _check_triton_usable(device)
         return _triton_kernels()
+    if backend == "cpu":
+        return _cpu_kernels(device)
     raise ValueError(f"unknown kernel backend {backend!r}; expected one of {BACKENDS}")
 
 
@@ -122,3 +131,15 @@ def _triton_kernels() -> KernelSet:
         "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
         apply_token_bitmask_,
     )  # fmt: skip
+
+
+def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
+    """The torch ops with decode attention from sprig's C kernel (`kernels/csrc`), for CPU tensors."""
+    from sprig.kernels.cpu_native import native_kernels, paged_attention
+
+    if device is not None and torch.device(device).type != "cpu":
+        raise ValueError("kernel backend 'cpu' runs on CPU tensors only; use 'triton' or 'torch' on CUDA")
+    if native_kernels() is None:
+        raise ValueError("kernel backend 'cpu' needs a C compiler with OpenMP (gcc) to build sprig's CPU kernels; "
+                         "see the log for the build error, or use backend 'torch'")
+    return replace(_torch_kernels(), name="cpu", paged_attention=paged_attention)

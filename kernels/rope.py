@@ -17,5 +17,6 @@ def apply_rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos
     cos, sin = cs[..., :half], cs[..., half:]
     for x in (q, k):
         x1, x2 = x[..., :half], x[..., half:]
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        x.copy_(rotated)
+        r1, r2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # both halves read before either is overwritten
+        x1.copy_(r1)
+        x2.copy_(r2)

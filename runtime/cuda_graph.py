@@ -41,6 +41,7 @@ class DecodeGraphRunner:
         self.out_slots = torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev)
         self.pages = torch.full((b, self.max_pages), pool.scratch_page, dtype=torch.int64, device=dev)
         self.mask = torch.zeros(b, 1, 1, self.max_pages * pool.page_size, dtype=torch.bool, device=dev)
+        self.lens = torch.ones(b, dtype=torch.int64, device=dev)
         self.rows = torch.arange(b, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -60,7 +61,8 @@ class DecodeGraphRunner:
 
     # --- static batch --------------------------------------------------------------------------------
     def _batch(self, b: int) -> ForwardBatch:
-        meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], ())
+        meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], (),
+                                 decode_lens=self.lens[:b])
         return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, self.rows[:b])
 
     def _fill(self, seqs: Sequence, b: int) -> None:
@@ -85,6 +87,7 @@ class DecodeGraphRunner:
         self.out_slots[:b].copy_(slots, non_blocking=nb)
         self.pages[:b].copy_(pages, non_blocking=nb)
         self.mask[:b].copy_(mask[:, None, None, :], non_blocking=nb)
+        self.lens[:b].copy_(lens, non_blocking=nb)
 
     # --- capture and replay --------------------------------------------------------------------------
     def capture_all(self) -> None:

@@ -87,7 +87,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-radix-cache", action="store_true")
     parser.add_argument("--disable-mixed-chunk", action="store_true",
                         help="alternate prefill and decode steps instead of running them in one batch")
-    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton"])
+    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"])
     parser.add_argument("--context-length", type=int, default=None)
     parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--random-seed", type=int, default=None)

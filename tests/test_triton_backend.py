@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sprig.kernels import backend, norm
+from sprig.kernels import backend, cpu_native, norm
 from sprig.kernels.backend import KernelSet, default_backend, get_kernels
 
 
@@ -15,11 +15,15 @@ def test_torch_backend_is_the_reference():
     assert kernels.rms_norm is norm.rms_norm
 
 
-def test_default_is_torch_off_cuda():
-    assert default_backend("cpu") == "torch"
-    assert get_kernels(device="cpu").name == "torch"
+def test_default_off_cuda_is_the_c_kernel_when_it_builds(monkeypatch):
+    assert default_backend("cpu") == "cpu"  # gcc is on every machine this project runs on
+    assert get_kernels(device="cpu").name == "cpu"
     if not torch.cuda.is_available():
-        assert get_kernels().name == "torch"
+        assert get_kernels().name == "cpu"
+    monkeypatch.setattr(cpu_native, "native_kernels", lambda: None)
+    assert default_backend("cpu") == "torch"
+    with pytest.raises(ValueError, match="needs a C compiler"):
+        get_kernels("cpu")
 
 
 def test_unknown_backend_is_a_clear_error():

@@ -1,0 +1,150 @@
+"""Build and load sprig's C kernels for the CPU (`kernels/csrc/*.c`) with the system C compiler.
+
+The library is compiled on first use with `-O3 -march=native -fopenmp` (about a second) into
+`$SPRIG_CACHE_DIR/kernels` (default `~/.cache/sprig/kernels`), under a name that hashes the source, the flags,
+the compiler and the CPU, and loaded with ctypes. It links libgomp by soname, so inside a process that has
+imported torch it shares torch's OpenMP runtime and thread pool instead of starting a second one. When no
+compiler is found or the build fails, `native_kernels()` returns None once with a logged reason and callers keep
+the torch reference path; `SPRIG_NATIVE_KERNELS=0` forces that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.attention import decode_attention as torch_decode_attention
+from sprig.kernels.attention import paged_attention as torch_paged_attention
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("paged_decode_attention.c",)
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11")
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPRIG_CACHE_DIR", Path.home() / ".cache" / "sprig")) / "kernels"
+
+
+def _cpu_signature() -> str:
+    """What -march=native depends on: the CPU model and its feature flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(lines)))
+
+
+def _compiler() -> str | None:
+    cc = os.environ.get("CC", "cc")
+    return shutil.which(cc) or shutil.which("gcc")
+
+
+def _build(cc: str, flags: tuple[str, ...], out: Path) -> None:
+    src_dir = Path(__file__).parent / "csrc"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        tmp_lib = Path(tmp) / out.name
+        cmd = [cc, *flags, *(str(src_dir / s) for s in SOURCES), "-o", str(tmp_lib), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
+        os.replace(tmp_lib, out)  # atomic: concurrent builders each install a whole library
+
+
+def _library_path(cc: str, flags: tuple[str, ...]) -> Path:
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update((Path(__file__).parent / "csrc" / name).read_bytes())
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    h.update("\0".join([*flags, version, _cpu_signature(), platform.machine()]).encode())
+    return cache_dir() / f"sprig_kernels_{h.hexdigest()[:16]}.so"
+
+
+def load_library(flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
+    """Build (unless cached) and load the kernels compiled with `flags`; raises RuntimeError saying why not."""
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC)")
+    try:
+        path = _library_path(cc, flags)
+        if not path.exists():
+            _build(cc, flags, path)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RuntimeError(str(e)) from e
+    lib.paged_decode_attention.restype = ctypes.c_int
+    lib.paged_decode_attention.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [
+        ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    return lib
+
+
+@functools.cache
+def native_kernels() -> ctypes.CDLL | None:
+    """The kernel library for this machine, built if needed; None (with the reason logged) when it cannot be."""
+    if os.environ.get("SPRIG_NATIVE_KERNELS", "1").lower() in ("0", "false", "off", "no"):
+        return None
+    try:
+        return load_library()
+    except RuntimeError as e:
+        log.warning("could not build sprig's CPU kernels, using the torch attention path: %s", e)
+        return None
+
+
+def paged_decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pages: torch.Tensor, lens: torch.Tensor,
+    page_size: int, scale: float, lib: ctypes.CDLL | None = None,
+) -> torch.Tensor | None:
+    """Attention of one new query token per sequence over its pages; None when the kernel cannot take it.
+
+    q [B, Hq, D]; k_cache/v_cache [slots, Hkv, D] of q's dtype; pages [B, max_pages] and lens [B] int64
+    (every len >= 1). Returns [B, Hq, D]. `lib` defaults to `native_kernels()`.
+    """
+    lib = lib or native_kernels()
+    code = DTYPE_CODES.get(q.dtype)
+    if lib is None or code is None or q.device.type != "cpu" or k_cache.dtype != q.dtype:
+        return None
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return None
+    q = q.contiguous()
+    pages = pages.contiguous()
+    lens = lens.contiguous()
+    out = torch.empty_like(q)
+    b, hq, d = q.shape
+    status = lib.paged_decode_attention(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(), lens.data_ptr(),
+        b, pages.shape[1], hq, k_cache.shape[1], d, page_size, scale, code, torch.get_num_threads())
+    return out if status == 0 else None
+
+
+def decode_attention(
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """`attention.decode_attention` through the C kernel, or the torch reference where the kernel cannot run."""
+    if meta.decode_lens is not None:
+        out = paged_decode_attention(qd, k_cache, v_cache, meta.decode_pages, meta.decode_lens, meta.page_size,
+                                     scale)
+        if out is not None:
+            return out
+    return torch_decode_attention(qd, k_cache, v_cache, meta, scale)
+
+
+def paged_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    meta: AttentionMetadata, scale: float,
+) -> torch.Tensor:
+    """`attention.paged_attention` with decode rows attended by the C kernel (extends stay in torch)."""
+    return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention)

@@ -1,0 +1,114 @@
+"""The C decode attention (kernels/csrc) reads the paged pool in place and matches the torch reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sprig.kernels import attention as ref
+from sprig.kernels import cpu_native
+from sprig.kernels.cpu_native import load_library, paged_decode_attention
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def vector_lib():
+    return load_library()
+
+
+@pytest.fixture(scope="module")
+def generic_lib():
+    """The same source built without AVX-512, so the portable C path is checked on this machine too."""
+    flags = tuple(f for f in cpu_native.FLAGS if f != "-march=native") + ("-mno-avx512f",)
+    return load_library(flags)
+
+
+def _decode_case(seed: int, dtype: torch.dtype, lens: list[int], hq: int, hkv: int, d: int, page_size: int,
+                 shared_pages: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    n_pages = 4 + sum(-(-n // page_size) for n in lens)
+    k_cache = torch.randn(n_pages * page_size, hkv, d, generator=g).to(dtype)
+    v_cache = torch.randn(n_pages * page_size, hkv, d, generator=g).to(dtype)
+    free = (torch.randperm(n_pages - 1, generator=g) + 1).tolist()  # page 0 is the pool's scratch page
+    common = [free.pop() for _ in range(shared_pages)]
+    tables = []
+    for n in lens:
+        own = -(-n // page_size) - len(common)
+        tables.append(torch.tensor(common + [free.pop() for _ in range(own)], dtype=torch.int64))
+    meta = ref.AttentionMetadata.build(page_size, [1] * len(lens), [n - 1 for n in lens], tables)
+    q = torch.randn(len(lens), hq, d, generator=g).to(dtype)
+    return q, k_cache, v_cache, meta
+
+
+def _reference(q, k_cache, v_cache, meta, scale):
+    plain = ref.AttentionMetadata(meta.page_size, meta.decode_rows, meta.decode_pages, meta.decode_mask, ())
+    return ref.decode_attention(q.float(), k_cache.float(), v_cache.float(), plain, scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(4, 4, 64), (8, 2, 128), (16, 2, 64), (6, 2, 80)])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_matches_the_torch_reference(vector_lib, dtype, hq, hkv, d, page_size):
+    lens = [1, 7, 16, 17, 64, 65, 130, 333]  # one key; inside, at and across page and 64-key chunk borders
+    q, k_cache, v_cache, meta = _decode_case(0, dtype, lens, hq, hkv, d, page_size)
+    scale = d**-0.5
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, page_size, scale,
+                                 lib=vector_lib)
+    assert out is not None and out.dtype == dtype and out.shape == q.shape
+    torch.testing.assert_close(out.float(), _reference(q, k_cache, v_cache, meta, scale), atol=TOL[dtype],
+                               rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_portable_path_matches_too(generic_lib, dtype):
+    q, k_cache, v_cache, meta = _decode_case(1, dtype, [1, 15, 40, 200], 8, 2, 64, 16)
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
+                                 lib=generic_lib)
+    torch.testing.assert_close(out.float(), _reference(q, k_cache, v_cache, meta, 0.125), atol=TOL[dtype],
+                               rtol=TOL[dtype])
+
+
+def test_rows_sharing_prefix_pages_read_them_in_place(vector_lib):
+    """Rows whose tables start with the same pages (a radix-cache prefix) give what the split torch path gives."""
+    q, k_cache, v_cache, meta = _decode_case(2, torch.float32, [100, 120, 97, 150], 8, 2, 64, 16, shared_pages=5)
+    assert meta.decode_split is not None
+    split = ref.decode_attention(q, k_cache, v_cache, meta, 0.125)
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
+                                 lib=vector_lib)
+    torch.testing.assert_close(out, split, atol=2e-5, rtol=2e-5)
+
+
+def test_large_scores_do_not_overflow(vector_lib):
+    q, k_cache, v_cache, meta = _decode_case(3, torch.float32, [50, 300], 4, 4, 64, 16)
+    q *= 40.0  # scores in the hundreds: the running maximum keeps every exponential finite
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
+                                 lib=vector_lib)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, _reference(q, k_cache, v_cache, meta, 0.125), atol=1e-4, rtol=1e-4)
+
+
+def test_what_the_kernel_cannot_take_falls_back_to_torch(vector_lib):
+    q, k_cache, v_cache, meta = _decode_case(4, torch.float32, [20], 64, 1, 64, 16)  # 64 query heads per kv head
+    assert paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
+                                  lib=vector_lib) is None
+    out = cpu_native.decode_attention(q, k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(out, _reference(q, k_cache, v_cache, meta, 0.125), atol=2e-5, rtol=2e-5)
+    assert paged_decode_attention(q.double(), k_cache.double(), v_cache.double(), meta.decode_pages,
+                                  meta.decode_lens, 16, 0.125, lib=vector_lib) is None
+
+
+def test_a_mixed_batch_through_the_cpu_backend_equals_the_torch_backend():
+    """Decode rows go through C, prefill and extend rows through torch, in one flat batch."""
+    g = torch.Generator().manual_seed(5)
+    page_size, hq, hkv, d = 16, 8, 2, 64
+    k_cache = torch.randn(40 * page_size, hkv, d, generator=g)
+    v_cache = torch.randn(40 * page_size, hkv, d, generator=g)
+    extend_lens, prefix_lens = [1, 9, 1, 30], [40, 0, 77, 20]
+    tables = [torch.arange(1 + 8 * i, 9 + 8 * i) for i in range(4)]
+    meta = ref.AttentionMetadata.build(page_size, extend_lens, prefix_lens, tables)
+    t = sum(extend_lens)
+    q, k, v = (torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv))
+    expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
