@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sprig.runtime import host_memory
 from sprig.runtime.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class KVPool:
         # One page beyond the usable ones: padding rows of static (CUDA-graph) batches write there.
         self.scratch_page = size.num_pages
         shape = (cfg.num_layers, 2, size.num_tokens + size.page_size, cfg.num_kv_heads, cfg.head_dim)
-        self.buffer = torch.zeros(shape, dtype=dtype, device=device)
+        self.buffer = host_memory.zeros(shape, dtype, device)
         self.k_caches = [self.buffer[i, 0] for i in range(cfg.num_layers)]
         self.v_caches = [self.buffer[i, 1] for i in range(cfg.num_layers)]
         self._free: list[int] = list(range(size.num_pages - 1, -1, -1))
