@@ -71,9 +71,14 @@ class AttentionMetadata:
 
     @staticmethod
     def build(
-        page_size: int, extend_lens: list[int], prefix_lens: list[int], page_tables: list[torch.Tensor]
+        page_size: int, extend_lens: list[int], prefix_lens: list[int], page_tables: list[torch.Tensor],
+        split_shared_prefixes: bool = True,
     ) -> AttentionMetadata:
-        """Lay out sequences given in flat-batch order by their new-token and cached-token counts."""
+        """Lay out sequences given in flat-batch order by their new-token and cached-token counts.
+
+        `split_shared_prefixes=False` skips finding shared-prefix groups (`decode_split`), which only the torch
+        decode path uses.
+        """
         decode_rows: list[int] = []
         decode_tables: list[torch.Tensor] = []
         decode_lens: list[int] = []
@@ -101,7 +106,7 @@ class AttentionMetadata:
             table[i, : len(t)] = t
         lens = torch.tensor(decode_lens)
         mask = torch.arange(max_pages * page_size).unsqueeze(0) < lens.unsqueeze(1)
-        split = _split_shared_prefixes(page_size, decode_tables, decode_lens)
+        split = _split_shared_prefixes(page_size, decode_tables, decode_lens) if split_shared_prefixes else None
         return AttentionMetadata(
             page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split, lens
         )

@@ -191,7 +191,7 @@ class EngineCore:
 
     def _sample(self, rows: list[tuple[int, Request]], out: StepOutput) -> None:
         reqs = [r for _, r in rows]
-        logits = torch.stack([out.last(i) for i, _ in rows])
+        logits = out.last_rows([i for i, _ in rows])
         batch = SamplingBatch.build(
             [r.params for r in reqs], [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
             self.vocab_size, self.eos_token_ids,

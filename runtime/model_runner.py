@@ -33,6 +33,13 @@ class StepOutput:
         """Next-token logits after sequence i's last new token."""
         return self.logits[self.row_start[i] + self.row_count[i] - 1]
 
+    def last_rows(self, seq_indices: list[int]) -> torch.Tensor:
+        """`last(i)` stacked for each i; the logits themselves (no copy) when that is every row in order."""
+        rows = [self.row_start[i] + self.row_count[i] - 1 for i in seq_indices]
+        if rows == list(range(self.logits.shape[0])):
+            return self.logits
+        return self.logits.index_select(0, torch.tensor(rows, device=self.logits.device))
+
 
 class ModelRunner:
     """Owns the model and the pool tensors; one `forward` per engine step."""
@@ -51,39 +58,39 @@ class ModelRunner:
     def build_batch(self, seqs: Sequence[SeqInput]) -> tuple[ForwardBatch, list[int], list[int]]:
         page_size = self.pool.page_size
         ids: list[int] = []
-        positions: list[torch.Tensor] = []
-        slots: list[torch.Tensor] = []
-        logits_rows: list[torch.Tensor] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        logits_rows: list[int] = []
         row_start: list[int] = []
         row_count: list[int] = []
         page_tables: list[torch.Tensor] = []
         t = 0
-        r = 0
         for seq in seqs:
             n = len(seq.token_ids)
             if n == 0:
                 raise ValueError("a sequence in a step must add at least one token")
             ids.extend(seq.token_ids)
-            pos = torch.arange(seq.prefix_len, seq.prefix_len + n)
-            table = torch.as_tensor(seq.pages, dtype=torch.int64)
-            page_tables.append(table)
-            positions.append(pos)
-            slots.append(table[pos // page_size] * page_size + pos % page_size)
+            pages = seq.pages
+            span = range(seq.prefix_len, seq.prefix_len + n)
+            positions.extend(span)
+            slots.extend(pages[p // page_size] * page_size + p % page_size for p in span)
+            page_tables.append(torch.as_tensor(pages, dtype=torch.int64))
             count = n if seq.all_logits else 1
-            logits_rows.append(torch.arange(t + n - count, t + n))
-            row_start.append(r)
+            row_start.append(len(logits_rows))
             row_count.append(count)
+            logits_rows.extend(range(t + n - count, t + n))
             t += n
-            r += count
         attn = AttentionMetadata.build(
-            page_size, [len(s.token_ids) for s in seqs], [s.prefix_len for s in seqs], page_tables
+            page_size, [len(s.token_ids) for s in seqs], [s.prefix_len for s in seqs], page_tables,
+            split_shared_prefixes=self.model.ops.name == "torch",
         )
+        dev = self.device
         batch = ForwardBatch(
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=self.device),
-            positions=torch.cat(positions).to(self.device),
-            out_slots=torch.cat(slots).to(self.device),
-            attn=attn.to(self.device),
-            logits_rows=torch.cat(logits_rows).to(self.device),
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            out_slots=torch.tensor(slots, dtype=torch.int64, device=dev),
+            attn=attn.to(dev),
+            logits_rows=torch.tensor(logits_rows, dtype=torch.int64, device=dev),
         )
         return batch, row_start, row_count
 

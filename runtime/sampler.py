@@ -171,6 +171,12 @@ class Sampler:
         """
         if logits.dim() != 2 or tuple(logits.shape) != (batch.batch_size, batch.vocab_size):
             raise ValueError(f"logits must be [{batch.batch_size}, {batch.vocab_size}], got {list(logits.shape)}")
+        plain = batch.logit_bias is None and batch.penalties is None and batch.banned is None
+        if plain and allowed_mask is None and batch.sampled_rows.numel() == 0:
+            out = SampleOutput(next_token_ids=logits.argmax(dim=-1))  # all greedy, nothing to change: no copy
+            if batch.logprob_rows.numel() > 0:
+                _fill_logprobs(out, logits, batch)
+            return out
         x = logits.to(torch.float32, copy=True)  # the raw logits stay untouched for logprobs
         allowed = None if allowed_mask is None else unpack_allowed_mask(allowed_mask, x.shape[1])
         process_logits(x, batch, allowed)
