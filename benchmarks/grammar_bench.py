@@ -1,33 +1,79 @@
-"""Grammar compile and mask costs at 2k, 32k and 128k vocabularies.
+"""Grammar costs: compile time and per-token mask time, sprig side by side with xgrammar and llguidance.
 
-    python benchmarks/grammar_bench.py [--vocabs 2048,32000,128000] [--rounds 200]
+    python benchmarks/grammar_bench.py [--vocabs 32000,128000] [--rounds 300] [--decode-runs 3]
 
-For each tokenizer (the tiny checkpoint's, and byte-level BPE tokenizers trained here on synthetic text,
-since the shipped corpus is too small for 128k merges; cached under ~/.cache/sprig/bench-tokenizers) and each
-schema: cold compile time (spec -> regex -> outlines-core index, in process), index size, and the per-token
-costs of a walk through a valid instance: `fill_bitmask` (p50/p99), `accept_token`, and
-`apply_token_bitmask_` for a batch of 1 and 32 rows on CPU. Schemas compile twice: with JSON Schema's
-default of allowing undeclared properties (exact) and with allow_extra_properties=False (strict mode).
+For each tokenizer (byte-level BPE tokenizers trained here on synthetic text, since the shipped corpus is too
+small for 128k merges; cached under ~/.cache/sprig/bench-tokenizers; 2048 means the tiny checkpoint's) and
+each schema: cold compile time and the per-token cost of filling the next-token bitmask (p50/p99) along a
+valid instance, for sprig with JSON Schema's default of allowing undeclared properties (exact) and with
+allow_extra_properties=False (strict), and for xgrammar (strict_mode off/on) and llguidance when installed
+(`pip install -e '.[bench]'`); see grammar_peers.py. Then, on the demo model, decode throughput with and
+without a JSON-schema constraint and the tokens and time jump-forward saves (grammar_decode.py). Prints a
+table and saves JSON to results/grammar_bench.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import random
-import statistics
+import sys
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from sprig.grammar import GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.automaton import CompiledGrammar
-from sprig.grammar.builder import build
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar import GrammarCompiler, GrammarSpec, JsonOptions, TokenizerInfo
+from sprig.grammar.matcher import allocate_token_bitmask
 from sprig.grammar.ordering import schema_ordered_dumps
 from sprig.kernels.bitmask import apply_token_bitmask_
 from sprig.runtime.checkpoints import SPECIAL_TOKENS, cache_dir, checkpoint_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # why: run as a script, beside its helpers
+from grammar_decode import constraint_overhead, jump_forward  # noqa: E402
+from grammar_peers import WalkResult, llguidance_walk, percentile, sprig_walk, xgrammar_walk  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "grammar_bench.json"
+
+USER = {"type": "object", "properties": {
+    "login": {"type": "string", "maxLength": 39}, "id": {"type": "integer", "minimum": 1},
+    "type": {"enum": ["User", "Bot", "Organization"]}, "site_admin": {"type": "boolean"},
+    "html_url": {"type": "string", "format": "uri"}}, "required": ["login", "id", "type"]}
+ISSUE_SCHEMA = {"type": "object", "properties": {  # a GitHub-issue-like API object: large, real-world style
+    "id": {"type": "integer", "minimum": 1}, "number": {"type": "integer", "minimum": 1},
+    "title": {"type": "string", "maxLength": 256}, "body": {"type": ["string", "null"]},
+    "state": {"enum": ["open", "closed"]}, "state_reason": {"enum": ["completed", "not_planned", "reopened", None]},
+    "locked": {"type": "boolean"}, "user": USER, "assignees": {"type": "array", "items": USER, "maxItems": 10},
+    "labels": {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 50},
+        "color": {"type": "string", "pattern": "^[0-9a-f]{6}$"}, "default": {"type": "boolean"}},
+        "required": ["id", "name", "color"], "additionalProperties": False}},
+    "milestone": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+        "number": {"type": "integer"}, "title": {"type": "string"}, "due_on": {"type": ["string", "null"],
+                                                                             "format": "date-time"}},
+        "required": ["number", "title"], "additionalProperties": False}]},
+    "comments": {"type": "integer", "minimum": 0}, "created_at": {"type": "string", "format": "date-time"},
+    "updated_at": {"type": "string", "format": "date-time"},
+    "closed_at": {"type": ["string", "null"], "format": "date-time"},
+    "author_association": {"enum": ["OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "NONE"]},
+    "reactions": {"type": "object", "properties": {k: {"type": "integer", "minimum": 0} for k in (
+        "total_count", "+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes")},
+        "additionalProperties": False}},
+    "required": ["id", "number", "title", "state", "locked", "user", "labels", "comments", "created_at",
+                 "updated_at", "author_association"]}
+ISSUE_INSTANCE = {
+    "id": 1, "number": 1347, "title": "Found a bug", "body": "I'm having a problem with this.", "state": "open",
+    "state_reason": None, "locked": False,
+    "user": {"login": "octocat", "id": 1, "type": "User", "site_admin": False,
+             "html_url": "https://github.com/octocat"},
+    "assignees": [{"login": "hubot", "id": 2, "type": "Bot"}],
+    "labels": [{"id": 208045946, "name": "bug", "color": "f29513", "default": True}],
+    "milestone": {"number": 1, "title": "v1.0", "due_on": "2012-10-09T23:39:01Z"}, "comments": 0,
+    "created_at": "2011-04-22T13:33:48Z", "updated_at": "2011-04-22T13:33:48Z", "closed_at": None,
+    "author_association": "COLLABORATOR",
+    "reactions": {"total_count": 3, "+1": 2, "-1": 0, "laugh": 0, "hooray": 1, "confused": 0, "heart": 0,
+                  "rocket": 0, "eyes": 0}}
 
 SCHEMAS: dict[str, tuple[dict, object]] = {
     "person": ({"type": "object", "properties": {
@@ -52,6 +98,7 @@ SCHEMAS: dict[str, tuple[dict, object]] = {
                                           "h": {"type": "number"}},
          "required": ["kind", "w", "h"], "additionalProperties": False}]},
         {"kind": "rect", "w": 3, "h": 4.5}),
+    "issue": (ISSUE_SCHEMA, ISSUE_INSTANCE),
     "tree": ({"$defs": {"node": {"type": "object", "properties": {
         "label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
         "required": ["label"]}}, "$ref": "#/$defs/node"},
@@ -107,62 +154,6 @@ def tokenizer_info(vocab: int) -> TokenizerInfo:
                                         vocab_size=(size + 63) // 64 * 64)
 
 
-@dataclass
-class Row:
-    vocab: int
-    schema: str
-    extra: bool
-    compile_s: float
-    index_mb: float
-    cold_p50_us: float
-    cold_p99_us: float
-    warm_p50_us: float
-    warm_p99_us: float
-    accept_us: float
-    tokens: int
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def measure(info: TokenizerInfo, name: str, extra: bool, rounds: int) -> Row:
-    schema, instance = SCHEMAS[name]
-    options = JsonOptions(allow_extra_properties=extra)
-    spec = GrammarSpec.json_schema(schema, options)
-    start = time.perf_counter()
-    result = build(spec, info)
-    import pickle
-
-    compiled = CompiledGrammar(spec, result.regex, pickle.loads(result.index_binary), info, 0.0,
-                               len(result.index_binary))
-    compile_s = time.perf_counter() - start
-    ids = info.tokenizer.encode(schema_ordered_dumps(schema, instance, options), add_special_tokens=False).ids
-    bitmask = allocate_token_bitmask(1, info.vocab_size)
-    cold, warm, accepts = walk(compiled, ids, bitmask), [], []
-    for _ in range(max(1, rounds // max(len(ids), 1))):
-        warm += walk(compiled, ids, bitmask, accepts)
-    return Row(info.vocab_size, name, extra, compile_s, compiled.nbytes / 2**20, percentile(cold, 0.5) * 1e6,
-               percentile(cold, 0.99) * 1e6, percentile(warm, 0.5) * 1e6, percentile(warm, 0.99) * 1e6,
-               statistics.mean(accepts) * 1e6, len(ids))
-
-
-def walk(compiled: CompiledGrammar, ids: list[int], bitmask: torch.Tensor, accepts: list[float] | None = None):
-    """Fill the mask and accept each token of a valid instance; returns the fill times."""
-    fills: list[float] = []
-    matcher = GrammarMatcher(compiled)
-    for tok in ids:
-        t0 = time.perf_counter()
-        matcher.fill_bitmask(bitmask, 0)
-        t1 = time.perf_counter()
-        assert matcher.accept_token(tok), "the instance must be valid"
-        fills.append(t1 - t0)
-        if accepts is not None:
-            accepts.append(time.perf_counter() - t1)
-    return fills
-
-
 def apply_cost(vocab: int, batch: int, reps: int = 50) -> float:
     logits = torch.randn(batch, vocab)
     bitmask = allocate_token_bitmask(batch, vocab)
@@ -174,28 +165,78 @@ def apply_cost(vocab: int, batch: int, reps: int = 50) -> float:
     return percentile(times, 0.5) * 1e6
 
 
+def walks(info: TokenizerInfo, engines: list[str], rounds: int, schemas: list[str]) -> list[WalkResult]:
+    """Every engine on every schema: compile, then masked walks through the valid instance."""
+    with GrammarCompiler(info, max_workers=1) as compiler:  # the engine's defaults: 60 s, 4 GiB per compile
+        compiler.compile(GrammarSpec.regex("warm"))  # why: worker start-up is not compile time
+        return _walks(compiler, engines, rounds, schemas)
+
+
+def _walks(compiler: GrammarCompiler, engines: list[str], rounds: int, schemas: list[str]) -> list[WalkResult]:
+    info = compiler.tokenizer_info
+    out = []
+    for name in schemas:
+        schema, instance = SCHEMAS[name]
+        text = schema_ordered_dumps(schema, instance, JsonOptions())
+        ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+        reps = max(2, rounds // max(len(ids), 1))
+        for engine in engines:
+            if engine in ("sprig", "sprig-strict"):
+                r = sprig_walk(compiler, name, schema, ids, reps,
+                               JsonOptions(allow_extra_properties=engine == "sprig"))
+            elif engine in ("xgrammar", "xgrammar-strict"):
+                r = xgrammar_walk(info, name, schema, ids, reps, strict=engine == "xgrammar-strict")
+            else:
+                r = llguidance_walk(info, name, schema, ids, reps)
+            print_walk(r)
+            out.append(r)
+    return out
+
+
+def fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_walk(r: WalkResult) -> None:
+    ok = {True: "yes", False: "NO", None: "-"}[r.accepted]
+    print(f"{r.vocab:7} {r.schema:7} {r.engine:16} {fmt(r.compile_s, '9.3f')} {fmt(r.mask_p50_us, '8.1f')} "
+          f"{fmt(r.mask_p99_us, '8.1f')} {fmt(r.cold_p99_us, '9.1f')} {fmt(r.accept_us, '7.1f')} {r.tokens:6} "
+          f"{ok:>5}  {r.error}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocabs", default="2048,32000,128000")
-    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--vocabs", default="32000,128000", help='"" runs only the decode part')
+    parser.add_argument("--rounds", type=int, default=300, help="masked tokens per engine and schema (warm)")
     parser.add_argument("--schemas", default=",".join(SCHEMAS))
+    parser.add_argument("--engines", default="sprig,sprig-strict,xgrammar,xgrammar-strict,llguidance")
+    parser.add_argument("--decode-runs", type=int, default=5, help="0 skips the demo-model decode runs")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print("mask = fill_bitmask per token; cold = first walk through the grammar, warm = later walks")
-    print(f"{'vocab':>7} {'schema':8} {'extra':5} {'compile s':>9} {'index MB':>8} {'cold p50':>8} {'cold p99':>8} "
-          f"{'warm p50':>8} {'warm p99':>8} {'accept':>6} {'tokens':>6}   (times in us)")
-    for vocab in (int(v) for v in args.vocabs.split(",")):
+    report: dict = {"walks": [], "apply_us": {}}
+    print("mask = fill the next-token bitmask, us; p50/p99 over warm walks, cold p99 over the first walk; "
+          "ok = the valid instance walked to EOS")
+    print(f"{'vocab':>7} {'schema':7} {'engine':16} {'compile s':>9} {'mask p50':>8} {'mask p99':>8} "
+          f"{'cold p99':>9} {'accept':>7} {'tokens':>6} {'ok':>5}")
+    for vocab in (int(v) for v in args.vocabs.split(",") if v):
         t0 = time.perf_counter()
         info = tokenizer_info(vocab)
         print(f"# tokenizer {vocab}: {len(info.token_bytes)} tokens, ready in {time.perf_counter() - t0:.1f} s")
-        for name in args.schemas.split(","):
-            for extra in (True, False):
-                r = measure(info, name, extra, args.rounds)
-                print(f"{r.vocab:7} {r.schema:8} {str(r.extra):5} {r.compile_s:9.3f} {r.index_mb:8.2f} "
-                      f"{r.cold_p50_us:8.1f} {r.cold_p99_us:8.1f} {r.warm_p50_us:8.1f} {r.warm_p99_us:8.1f} "
-                      f"{r.accept_us:6.1f} {r.tokens:6}", flush=True)
-        print(f"# apply_token_bitmask_ (CPU, p50): batch 1 {apply_cost(info.vocab_size, 1):.0f} us, "
-              f"batch 32 {apply_cost(info.vocab_size, 32):.0f} us")
+        rows = walks(info, args.engines.split(","), args.rounds, args.schemas.split(","))
+        report["walks"] += [r.row() for r in rows]
+        apply = {b: apply_cost(info.vocab_size, b) for b in (1, 32)}
+        report["apply_us"][vocab] = apply
+        print(f"# apply_token_bitmask_ (CPU, p50): batch 1 {apply[1]:.0f} us, batch 32 {apply[32]:.0f} us")
+    if args.decode_runs:
+        report["overhead"] = constraint_overhead(args.batch, args.decode_runs)
+        print("# decode, demo model: " + json.dumps(report["overhead"]))
+        report["jump_forward"] = jump_forward(args.batch, args.decode_runs)
+        print("# jump-forward, demo model: " + json.dumps(report["jump_forward"]))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"# saved {args.out}")
 
 
 if __name__ == "__main__":
