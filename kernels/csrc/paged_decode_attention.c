@@ -12,6 +12,7 @@
 
 #define MAX_GROUP 32
 #define MAX_DIM 256
+#define MAX_QHEADS 64  // query heads one call of the vector path takes (its accumulators live on the stack)
 
 static inline float bf16_to_float(uint16_t x) {
     uint32_t u = (uint32_t)x << 16;
@@ -151,99 +152,110 @@ static inline __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-// attend_one for D = 16 * NV: K/V rows stay in registers, dot products reduce with a shuffle tree instead of
-// a scalar chain, and exponentials run 16 at a time. Inlined per NV so the vector loops fully unroll.
+// Query heads [0, H * G) of one sequence attend to their H kv heads (adjacent in each pool slot), D = 16 * NV.
+// Taking all of a sequence's heads in one pass reads each slot's keys and values as one contiguous run (the
+// pool stores a slot's heads side by side), which DRAM serves far better than one head's slice per pass.
+// Dot products reduce with a shuffle tree, exponentials run 16 at a time; inlined per NV so loops unroll.
 static inline __attribute__((always_inline)) void attend_avx512(
     const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages, int64_t len,
-    int64_t G, int64_t Hkv, int64_t page_size, float scale, int dtype, size_t esize, const int NV) {
-    __m512 qv[MAX_GROUP][MAX_DIM / 16], acc[MAX_GROUP][MAX_DIM / 16];
-    float s[MAX_GROUP][CHUNK] __attribute__((aligned(64))), m[MAX_GROUP], l[MAX_GROUP];
+    int64_t H, int64_t G, int64_t Hkv, int64_t page_size, float scale, int dtype, size_t esize, const int NV) {
+    const int64_t QH = H * G;
+    __m512 qv[MAX_QHEADS][MAX_DIM / 16], acc[MAX_QHEADS][MAX_DIM / 16];
+    float s[MAX_QHEADS][CHUNK] __attribute__((aligned(64))), m[MAX_QHEADS], l[MAX_QHEADS];
     int64_t slots[CHUNK];
     const __m512 sc = _mm512_set1_ps(scale);
-    for (int64_t g = 0; g < G; g++) {
+    for (int64_t qh = 0; qh < QH; qh++) {
         for (int i = 0; i < NV; i++) {
-            qv[g][i] = _mm512_mul_ps(load16((const char *)q + (size_t)(g * NV * 16 + i * 16) * esize, dtype), sc);
-            acc[g][i] = _mm512_setzero_ps();
+            qv[qh][i] = _mm512_mul_ps(load16((const char *)q + (size_t)(qh * NV * 16 + i * 16) * esize, dtype), sc);
+            acc[qh][i] = _mm512_setzero_ps();
         }
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
+        m[qh] = -INFINITY;
+        l[qh] = 0.0f;
     }
-    const size_t slot_stride = (size_t)(Hkv * NV * 16) * esize;
+    const size_t slot_stride = (size_t)(Hkv * NV * 16) * esize, head_bytes = (size_t)(NV * 16) * esize;
+    const size_t run_bytes = (size_t)H * head_bytes;
     for (int64_t t0 = 0; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
             const int64_t t = t0 + j;
             slots[j] = pages[t / page_size] * page_size + t % page_size;
-            const char *kp = (const char *)k_cache + (size_t)slots[j] * slot_stride;
-            // Pages are scattered, so hardware prefetch cannot run ahead: fetch the key PREFETCH tokens on
-            // and this token's value row (read after the chunk's softmax) now.
-            prefetch_row((const char *)v_cache + (size_t)slots[j] * slot_stride, NV * 16 * esize);
+            // Pages are scattered, so hardware prefetch cannot run ahead: fetch the keys PREFETCH tokens on
+            // and this token's values (read after the chunk's softmax) now.
+            prefetch_row((const char *)v_cache + (size_t)slots[j] * slot_stride, run_bytes);
             if (t + PREFETCH < len) {
                 const int64_t u = t + PREFETCH;
                 prefetch_row((const char *)k_cache + (size_t)(pages[u / page_size] * page_size + u % page_size) *
-                                                          slot_stride, NV * 16 * esize);
+                                                          slot_stride, run_bytes);
             }
-            __m512 kr[MAX_DIM / 16];
-            for (int i = 0; i < NV; i++) kr[i] = load16(kp + (size_t)(i * 16) * esize, dtype);
-            for (int64_t g = 0; g < G; g++) {
-                __m512 d = _mm512_mul_ps(qv[g][0], kr[0]);
-                for (int i = 1; i < NV; i++) d = _mm512_fmadd_ps(qv[g][i], kr[i], d);
-                s[g][j] = _mm512_reduce_add_ps(d);
+            const char *kp = (const char *)k_cache + (size_t)slots[j] * slot_stride;
+            for (int64_t h = 0; h < H; h++) {
+                __m512 kr[MAX_DIM / 16];
+                for (int i = 0; i < NV; i++) kr[i] = load16(kp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t qh = h * G + g;
+                    __m512 d = _mm512_mul_ps(qv[qh][0], kr[0]);
+                    for (int i = 1; i < NV; i++) d = _mm512_fmadd_ps(qv[qh][i], kr[i], d);
+                    s[qh][j] = _mm512_reduce_add_ps(d);
+                }
             }
         }
         for (int64_t j = n; j < (n + 15) / 16 * 16; j++)
-            for (int64_t g = 0; g < G; g++) s[g][j] = -INFINITY;  // pad the last vector: e^-inf = 0
-        for (int64_t g = 0; g < G; g++) {
-            __m512 mx = _mm512_set1_ps(m[g]);
-            for (int64_t j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_load_ps(&s[g][j]));
+            for (int64_t qh = 0; qh < QH; qh++) s[qh][j] = -INFINITY;  // pad the last vector: e^-inf = 0
+        for (int64_t qh = 0; qh < QH; qh++) {
+            __m512 mx = _mm512_set1_ps(m[qh]);
+            for (int64_t j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_load_ps(&s[qh][j]));
             const float new_m = _mm512_reduce_max_ps(mx);
             const __m512 nm = _mm512_set1_ps(new_m);
             __m512 sum = _mm512_setzero_ps();
             for (int64_t j = 0; j < n; j += 16) {
-                const __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(&s[g][j]), nm));
-                _mm512_store_ps(&s[g][j], e);
+                const __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(&s[qh][j]), nm));
+                _mm512_store_ps(&s[qh][j], e);
                 sum = _mm512_add_ps(sum, e);
             }
-            const float c = m[g] == -INFINITY ? 0.0f : expf(m[g] - new_m);
-            l[g] = l[g] * c + _mm512_reduce_add_ps(sum);
-            m[g] = new_m;
+            const float c = m[qh] == -INFINITY ? 0.0f : expf(m[qh] - new_m);
+            l[qh] = l[qh] * c + _mm512_reduce_add_ps(sum);
+            m[qh] = new_m;
             const __m512 cv = _mm512_set1_ps(c);
-            for (int i = 0; i < NV; i++) acc[g][i] = _mm512_mul_ps(acc[g][i], cv);
+            for (int i = 0; i < NV; i++) acc[qh][i] = _mm512_mul_ps(acc[qh][i], cv);
         }
         for (int64_t j = 0; j < n; j++) {
             const char *vp = (const char *)v_cache + (size_t)slots[j] * slot_stride;
-            __m512 vr[MAX_DIM / 16];
-            for (int i = 0; i < NV; i++) vr[i] = load16(vp + (size_t)(i * 16) * esize, dtype);
-            for (int64_t g = 0; g < G; g++) {
-                const __m512 p = _mm512_set1_ps(s[g][j]);
-                for (int i = 0; i < NV; i++) acc[g][i] = _mm512_fmadd_ps(p, vr[i], acc[g][i]);
+            for (int64_t h = 0; h < H; h++) {
+                __m512 vr[MAX_DIM / 16];
+                for (int i = 0; i < NV; i++) vr[i] = load16(vp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t qh = h * G + g;
+                    const __m512 p = _mm512_set1_ps(s[qh][j]);
+                    for (int i = 0; i < NV; i++) acc[qh][i] = _mm512_fmadd_ps(p, vr[i], acc[qh][i]);
+                }
             }
         }
     }
     float row[MAX_DIM] __attribute__((aligned(64)));
-    for (int64_t g = 0; g < G; g++) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[g]);
-        for (int i = 0; i < NV; i++) _mm512_store_ps(&row[i * 16], _mm512_mul_ps(acc[g][i], inv));
-        store_row((char *)out + (size_t)(g * NV * 16) * esize, row, NV * 16, dtype);
+    for (int64_t qh = 0; qh < QH; qh++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / l[qh]);
+        for (int i = 0; i < NV; i++) _mm512_store_ps(&row[i * 16], _mm512_mul_ps(acc[qh][i], inv));
+        store_row((char *)out + (size_t)(qh * NV * 16) * esize, row, NV * 16, dtype);
     }
 }
 
 // The vector path for D in {64, 128} (the common head sizes); returns 0 when it does not apply.
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
-                       int64_t len, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype,
-                       size_t esize) {
+                       int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale,
+                       int dtype, size_t esize) {
+    if (H * G > MAX_QHEADS) return 0;
     if (D == 64)
-        attend_avx512(q, k_cache, v_cache, out, pages, len, G, Hkv, page_size, scale, dtype, esize, 4);
+        attend_avx512(q, k_cache, v_cache, out, pages, len, H, G, Hkv, page_size, scale, dtype, esize, 4);
     else if (D == 128)
-        attend_avx512(q, k_cache, v_cache, out, pages, len, G, Hkv, page_size, scale, dtype, esize, 8);
+        attend_avx512(q, k_cache, v_cache, out, pages, len, H, G, Hkv, page_size, scale, dtype, esize, 8);
     else
         return 0;
     return 1;
 }
 #else
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
-                       int64_t len, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype,
-                       size_t esize) {
+                       int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale,
+                       int dtype, size_t esize) {
     return 0;
 }
 #endif
@@ -255,17 +267,28 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
     const int64_t G = Hq / Hkv;
     if (G > MAX_GROUP || D > MAX_DIM) return 1;
     const size_t esize = dtype == 0 ? 4 : 2;
+    // Whole sequences (all heads, contiguous reads) per work item when there are enough sequences to keep every
+    // thread busy; one kv head per item otherwise (a batch of one still uses every thread).
+    int64_t per_item = B >= 2 * (int64_t)num_threads ? MAX_QHEADS / G : 1;
+    if (per_item > Hkv) per_item = Hkv;
+    if (per_item < 1) per_item = 1;
+    const int64_t blocks = (Hkv + per_item - 1) / per_item;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t item = 0; item < B * Hkv; item++) {
-        const int64_t b = item / Hkv, h = item % Hkv;
-        const size_t off = (size_t)((b * Hq + h * G) * D) * esize;
-        const char *kh = (const char *)k_cache + (size_t)(h * D) * esize;
-        const char *vh = (const char *)v_cache + (size_t)(h * D) * esize;
+    for (int64_t item = 0; item < B * blocks; item++) {
+        const int64_t b = item / blocks, h0 = (item % blocks) * per_item;
+        const int64_t H = Hkv - h0 < per_item ? Hkv - h0 : per_item;
+        const size_t off = (size_t)((b * Hq + h0 * G) * D) * esize;
+        const char *kh = (const char *)k_cache + (size_t)(h0 * D) * esize;
+        const char *vh = (const char *)v_cache + (size_t)(h0 * D) * esize;
         const int64_t *pb = pages + b * max_pages;
-        if (!attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, lens[b], G, Hkv, D, page_size,
-                         scale, dtype, esize))
-            attend_one((const char *)q + off, kh, vh, (char *)out + off, pb, lens[b], G, Hkv, D, page_size, scale,
-                       dtype, esize);
+        if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, lens[b], H, G, Hkv, D, page_size,
+                        scale, dtype, esize))
+            continue;
+        for (int64_t h = 0; h < H; h++) {
+            const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * esize;
+            attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, lens[b],
+                       G, Hkv, D, page_size, scale, dtype, esize);
+        }
     }
     return 0;
 }
