@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import idna
-import torch
 
 from sprig.grammar.spec import GrammarKind
 from sprig.grammar.vocabulary import TokenizerInfo
+
+if TYPE_CHECKING:  # why: compile workers import this module (strings.py) and must stay free of torch
+    import torch
 
 A_LABEL_MARK = r"[Xx][Nn]\-\-"  # how the rendered hostname regex spells the start of an A-label
 LDH = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
@@ -137,6 +140,8 @@ _RULES: dict[str, ALabelRules] = {}  # by tokenizer fingerprint: the rules depen
 
 
 def _rules(info: TokenizerInfo) -> ALabelRules:
+    import torch
+
     words = (info.vocab_size + 31) // 32
     clear = [torch.full((words,), -1, dtype=torch.int32) for _ in range(OTHER + 1)]
     closers = []

@@ -91,3 +91,12 @@ def test_other_grammars_are_untouched(info):
     with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
         free = comp.compile(GrammarSpec.json_schema({"type": "string"}))
         assert walk(free, '"xn--X"')  # no hostname format: a free string may say anything
+
+
+def test_compile_workers_stay_free_of_torch():
+    """The worker imports the builder (and through strings.py this module) under a small memory limit."""
+    import subprocess
+    import sys
+
+    code = "import sys, sprig.grammar.builder; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
