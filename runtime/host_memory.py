@@ -54,13 +54,16 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device
     return t.zero_()
 
 
-def pack_parameters(module: torch.nn.Module, keep_values: bool = True) -> int:
-    """Move every CPU parameter and buffer of `module` into one huge-page buffer per dtype; returns bytes moved.
+def pack_parameters(module: torch.nn.Module, keep_values: bool = True,
+                    skip: tuple[type[torch.nn.Module], ...] = ()) -> int:
+    """Move the CPU parameters and buffers of `module` into one huge-page buffer per dtype; returns bytes moved.
 
     The tensors keep their shapes (made contiguous) and, with `keep_values`, their values; only their storage
     changes. Without `keep_values` (a model about to be filled from a checkpoint) the new storage is zeros.
+    Tensors of submodules of a type in `skip` stay where they are.
     """
-    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.device.type == "cpu"]
+    skipped = {id(t) for m in module.modules() if isinstance(m, skip) for t in (*m.parameters(), *m.buffers())}
+    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.device.type == "cpu" and id(t) not in skipped]
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for t in tensors:
         by_dtype.setdefault(t.dtype, []).append(t)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from sprig.kernels.backend import get_kernels
 from sprig.runtime import host_memory
 from sprig.runtime.distributed import TPContext
 from sprig.runtime.errors import CheckpointError
-from sprig.runtime.model import CausalLM, Linear
+from sprig.runtime.model import CausalLM, Linear, can_pack_for_onednn
 from sprig.runtime.model_config import ModelConfig, load_model_config
 from sprig.runtime.quantization import QUANTIZATION_METHODS, Int8Linear
 from sprig.runtime.rope import rope_cos_sin_cache
@@ -163,7 +164,8 @@ def _build_empty_model(
         if quantization == "int8":
             _quantize_linears(model, dtype)
     model = model.to_empty(device=device)
-    host_memory.pack_parameters(model, keep_values=False)  # weights on huge pages: fewer TLB misses per step
+    # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
+    host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
@@ -225,8 +227,16 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    if _packs_linears(model, device):
+        for m in model.modules():
+            if isinstance(m, Linear):
+                m.pack_for_onednn()
     model.eval()
     return model
+
+
+def _packs_linears(model: CausalLM, device: str) -> bool:
+    return can_pack_for_onednn(model.dtype, device) and os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"
 
 
 def _short_list(names: list[str], limit: int = 8) -> str:

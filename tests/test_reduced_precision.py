@@ -53,3 +53,14 @@ def test_int8_weights_are_int8_with_a_scale_per_output_row(tiny_paths):
     proj = model.layers[0].self_attn.qkv_proj
     assert proj.weight.dtype == torch.int8
     assert proj.scales.shape == (proj.weight.shape[0],)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_onednn_packed_linears_change_nothing_but_speed(reference, dtype, monkeypatch):
+    """Half-precision linears on the CPU run from oneDNN's blocked weight layout; the logits are bit-identical."""
+    path, ids, _ = reference
+    assert load_model(path, dtype).layers[0].mlp.down_proj.packed is not None
+    packed_logits = sprig_logits(path, ids, dtype, None)
+    monkeypatch.setenv("SPRIG_ONEDNN_PACK", "0")
+    assert load_model(path, dtype).layers[0].mlp.down_proj.packed is None
+    assert torch.equal(sprig_logits(path, ids, dtype, None), packed_logits)
