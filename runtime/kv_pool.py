@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 from dataclasses import dataclass
 
@@ -76,7 +77,9 @@ class KVPool:
         self.buffer = host_memory.zeros(shape, dtype, device)
         self.k_caches = [self.buffer[i, 0] for i in range(cfg.num_layers)]
         self.v_caches = [self.buffer[i, 1] for i in range(cfg.num_layers)]
-        self._free: list[int] = list(range(size.num_pages - 1, -1, -1))
+        # A min-heap: a request's pages come out in increasing, mostly adjacent order, so decode attention reads
+        # its prompt's K/V as long runs instead of pages scattered over the whole pool.
+        self._free: list[int] = list(range(size.num_pages))
         self._is_free = torch.ones(size.num_pages, dtype=torch.bool)
 
     @property
@@ -91,7 +94,7 @@ class KVPool:
         """Take `num_pages` pages, or None (and nothing taken) when too few are free."""
         if num_pages > len(self._free):
             return None
-        pages = [self._free.pop() for _ in range(num_pages)]
+        pages = [heapq.heappop(self._free) for _ in range(num_pages)]
         self._is_free[pages] = False
         return pages
 
@@ -103,8 +106,9 @@ class KVPool:
         if bool(self._is_free[pages].any()) or len(set(pages)) != len(pages):
             raise RuntimeError("double free of KV pages")
         self._is_free[pages] = True
-        self._free.extend(pages)
+        for p in pages:
+            heapq.heappush(self._free, p)
 
     def reset(self) -> None:
-        self._free = list(range(self.size.num_pages - 1, -1, -1))
+        self._free = list(range(self.size.num_pages))
         self._is_free.fill_(True)
