@@ -202,14 +202,7 @@ def test_default_backend(engine):
         chat.run(question="hi")
 
 
-def _has_grammar(engine) -> bool:
-    return hasattr(engine.core, "grammar")
-
-
 def test_constrained_gen_and_dtypes(engine):
-    if not _has_grammar(engine):
-        pytest.skip("the engine has no grammar yet (engine.core.grammar): constraints are not enforced")
-
     @sprig.function
     def prog(s):
         s += "n=" + sprig.gen("n", dtype=int, max_tokens=8) + " f=" + sprig.gen("f", dtype=float, max_tokens=12)
@@ -223,8 +216,6 @@ def test_constrained_gen_and_dtypes(engine):
 
 
 def test_json_schema_gen_validates_every_time(engine):
-    if not _has_grammar(engine):
-        pytest.skip("the engine has no grammar yet (engine.core.grammar): json_schema is not enforced")
     import jsonschema
 
     # Bounded, so that every output completes within max_tokens (a random model never stops a number itself).

@@ -3,18 +3,12 @@ the in-process engine for the same seed; `OpenAICompatible` runs chat, completio
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
+from test_server_helpers import BASE_ARGS, ServerProcess, tiny_model  # noqa: E402
 
 import sprig
 from sprig import Engine
 from sprig.lang import BackendError, OpenAICompatible, RuntimeEndpoint, SelectMethod, UnsupportedError
-
-if importlib.util.find_spec("sprig.runtime.server") is None:
-    pytest.skip("sprig serve (runtime/server.py) is not available", allow_module_level=True)
-
-from test_server_helpers import BASE_ARGS, ServerProcess, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +136,7 @@ def test_openai_compatible_chat_completions_and_select(server, engine):
 def test_endpoint_passes_constraints_through(endpoint, server):
     import httpx
 
-    if not httpx.get(server.url + "/server_info").json()["server"]["constrained_decoding"]:
-        pytest.skip("the server's engine has no grammar yet")
+    assert httpx.get(server.url + "/server_info").json()["server"]["constrained_decoding"]
 
     @sprig.function
     def typed(s):

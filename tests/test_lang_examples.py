@@ -49,8 +49,6 @@ def _passthrough_env() -> dict[str, str]:
 
 
 def test_json_extraction_records_validate(engine):
-    if not hasattr(engine.core, "grammar"):
-        pytest.skip("the engine has no grammar yet: json_schema is not enforced")
     import jsonschema
 
     mod = load("json_extraction")

@@ -55,8 +55,7 @@ def has_grammar(http):
 
 
 def needs_grammar(has: bool) -> None:
-    if not has:
-        pytest.skip("the engine does not apply grammar constraints yet (engine.core has no grammar)")
+    assert has, "the server's engine must apply grammar constraints (/server_info constrained_decoding)"
 
 
 GREEDY = {"temperature": 0, "max_tokens": 8, "extra_body": {"ignore_eos": True}}
