@@ -32,7 +32,7 @@ BACKENDS = ("torch", "triton", "cpu")
 
 @dataclass(frozen=True)
 class KernelSet:
-    """The ops one backend provides; every field has the signature of the torch reference of that name."""
+    """The ops one backend provides; every op has the signature of the torch reference of that name."""
 
     name: str
     store_kv: Callable[..., None]
@@ -42,6 +42,7 @@ class KernelSet:
     apply_rotary_: Callable[..., None]
     silu_and_mul: Callable[..., torch.Tensor]
     apply_token_bitmask_: Callable[..., None]
+    uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (the torch reference)
 
 
 def default_backend(device: torch.device | str | None = None) -> str:
@@ -116,7 +117,7 @@ def _torch_kernels() -> KernelSet:
 
     return KernelSet(
         "torch", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
-        _torch_bitmask(),
+        _torch_bitmask(), uses_decode_split=True,
     )  # fmt: skip
 
 
@@ -142,4 +143,4 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     if native_kernels() is None:
         raise ValueError("kernel backend 'cpu' needs a C compiler with OpenMP (gcc) to build sprig's CPU kernels; "
                          "see the log for the build error, or use backend 'torch'")
-    return replace(_torch_kernels(), name="cpu", paged_attention=paged_attention)
+    return replace(_torch_kernels(), name="cpu", paged_attention=paged_attention, uses_decode_split=False)

@@ -56,9 +56,12 @@ class Linear(nn.Module):
 
 
 def can_pack_for_onednn(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """oneDNN packing helps bf16/fp16 linears on CPUs whose oneDNN build has bf16 kernels."""
-    return (torch.device(device).type == "cpu" and dtype in (torch.bfloat16, torch.float16)
-            and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    """oneDNN packing helps bf16/fp16 linears on CPUs whose oneDNN build has kernels for that dtype."""
+    if torch.device(device).type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return dtype == torch.float16 and torch.ops.mkldnn._is_mkldnn_fp16_supported()
 
 
 class RMSNorm(nn.Module):

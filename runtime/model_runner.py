@@ -82,7 +82,7 @@ class ModelRunner:
             t += n
         attn = AttentionMetadata.build(
             page_size, [len(s.token_ids) for s in seqs], [s.prefix_len for s in seqs], page_tables,
-            split_shared_prefixes=self.model.ops.name == "torch",
+            split_shared_prefixes=self.model.ops.uses_decode_split,
         )
         dev = self.device
         batch = ForwardBatch(

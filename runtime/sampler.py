@@ -173,10 +173,18 @@ class Sampler:
             raise ValueError(f"logits must be [{batch.batch_size}, {batch.vocab_size}], got {list(logits.shape)}")
         plain = batch.logit_bias is None and batch.penalties is None and batch.banned is None
         if plain and allowed_mask is None and batch.sampled_rows.numel() == 0:
-            out = SampleOutput(next_token_ids=logits.argmax(dim=-1))  # all greedy, nothing to change: no copy
-            if batch.logprob_rows.numel() > 0:
-                _fill_logprobs(out, logits, batch)
-            return out
+            next_ids = logits.argmax(dim=-1)  # all greedy, nothing to change: no copy of the logits
+        else:
+            next_ids = self._process_and_pick(logits, batch, allowed_mask)
+        out = SampleOutput(next_token_ids=next_ids)
+        if batch.logprob_rows.numel() > 0:
+            _fill_logprobs(out, logits, batch)
+        return out
+
+    __call__ = sample
+
+    def _process_and_pick(self, logits: Tensor, batch: SamplingBatch, allowed_mask: Tensor | None) -> Tensor:
+        """Bias, penalties, bans and the grammar mask on a copy of the logits, then greedy or sampled picks."""
         x = logits.to(torch.float32, copy=True)  # the raw logits stay untouched for logprobs
         allowed = None if allowed_mask is None else unpack_allowed_mask(allowed_mask, x.shape[1])
         process_logits(x, batch, allowed)
@@ -184,17 +192,11 @@ class Sampler:
             _revive_dead_rows(x, logits, allowed)
         rows = batch.sampled_rows
         if rows.numel() == batch.batch_size:
-            next_ids = self._sample_rows(x, batch)  # x is already a private copy: no need to gather rows
-        else:
-            next_ids = x.argmax(dim=-1)  # greedy rows; ties go to the lowest id
-            if rows.numel() > 0:
-                next_ids[rows] = self._sample_rows(x[rows], batch)
-        out = SampleOutput(next_token_ids=next_ids)
-        if batch.logprob_rows.numel() > 0:
-            _fill_logprobs(out, logits, batch)
-        return out
-
-    __call__ = sample
+            return self._sample_rows(x, batch)  # x is already a private copy: no need to gather rows
+        next_ids = x.argmax(dim=-1)  # greedy rows; ties go to the lowest id
+        if rows.numel() > 0:
+            next_ids[rows] = self._sample_rows(x[rows], batch)
+        return next_ids
 
     def _sample_rows(self, x: Tensor, batch: SamplingBatch) -> Tensor:
         """Temperature, top-k, top-p, min-p and the exponential race on the sampled rows `x` [S, V]."""
