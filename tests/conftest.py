@@ -20,3 +20,20 @@ def tiny_paths() -> dict[str, object]:
     from sprig.runtime.checkpoints import TINY_ARCHITECTURES, checkpoint_path
 
     return {name: checkpoint_path(name) for name in TINY_ARCHITECTURES}
+
+
+@pytest.fixture(scope="module")
+def info(tiny_paths):
+    """The tiny Llama tokenizer as grammar tests see it (2,100-row padded vocabulary, EOS 2)."""
+    from sprig.grammar import TokenizerInfo
+
+    return TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
+
+
+@pytest.fixture(scope="module")
+def compiler(info):
+    """An in-process grammar compiler over `info`; test files with other limits define their own."""
+    from sprig.grammar import GrammarCompiler
+
+    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
+        yield comp

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from grammar_helpers import walk
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar import GrammarError, GrammarSpec
 from sprig.grammar.ordering import SchemaOrderer
 
 KEYS = ["a", "b", "c"]
@@ -97,19 +97,6 @@ def shaped(s: Any, rng: random.Random, depth: int = 0) -> Any:
         prefix = [shaped(p, rng, depth + 1) for p in s.get("prefixItems", [])]
         return prefix + [shaped(s["items"], rng, depth + 1) for _ in range(rng.randint(0, 2))]
     return value(rng, 2)
-
-
-def walk(compiled, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
-    ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
-    return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
-
-
-@pytest.fixture(scope="module")
-def compiler(tiny_paths):
-    info = TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
-    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
-        yield comp
 
 
 @pytest.mark.parametrize("seed", range(60))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from grammar_helpers import walk
 
-from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo
+from sprig.grammar import GrammarCompiler, GrammarSpec
 from sprig.grammar.labels import StringScan, host_labels_valid, valid_a_label
 from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
 
@@ -15,20 +16,9 @@ INVALID = ["xn--X", "xn--hello-txk", "xn--al-0ea", "www.xn--ngb6iyr", "XN--aa---
 
 
 @pytest.fixture(scope="module")
-def info(tiny_paths) -> TokenizerInfo:
-    return TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
-
-
-@pytest.fixture(scope="module")
 def hostname(info):
     with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
         yield comp.compile(GrammarSpec.json_schema({"type": "string", "format": "hostname"}))
-
-
-def walk(compiled, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
-    ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
-    return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
 
 def test_the_label_check_agrees_with_idna_on_known_labels():

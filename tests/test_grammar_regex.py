@@ -13,20 +13,9 @@ import re
 import pytest
 from outlines_core import Index
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
+from sprig.grammar import GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
 from sprig.grammar.automaton import outlines_vocabulary, probe_outlines_core
 from sprig.grammar.matcher import GrammarMatcher
-
-
-@pytest.fixture(scope="module")
-def info(tiny_paths) -> TokenizerInfo:
-    return TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
-
-
-@pytest.fixture(scope="module")
-def compiler(info):
-    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
-        yield comp
 
 
 def accepts(compiled, info: TokenizerInfo, text: str) -> bool:

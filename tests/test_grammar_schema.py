@@ -13,20 +13,9 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo, Whitespace
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions, Whitespace
 from sprig.grammar.matcher import GrammarMatcher
 from sprig.grammar.ordering import schema_ordered_dumps
-
-
-@pytest.fixture(scope="module")
-def info(tiny_paths) -> TokenizerInfo:
-    return TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
-
-
-@pytest.fixture(scope="module")
-def compiler(info):
-    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
-        yield comp
 
 
 def grammar(compiler, schema, **options):

@@ -28,11 +28,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
+from grammar_helpers import walk
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions
 from sprig.grammar.formats import SUPPORTED_FORMATS
-from sprig.grammar.matcher import GrammarMatcher
 from sprig.grammar.ordering import SchemaOrderer
 
 SUITE = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
@@ -73,24 +72,10 @@ def acceptable_refusal(err: GrammarError) -> bool:
         keyword == "format" and "format '" in err.message)
 
 
-def walk(compiled, info: TokenizerInfo, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
-    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
-    return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
-
-
-@pytest.fixture(scope="module")
-def compiler(tiny_paths):
-    info = TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
-    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
-        yield comp
-
-
 def run_file(compiler: GrammarCompiler, path: Path) -> tuple[collections.Counter, list[str]]:
     name = str(path.relative_to(SUITE))
     counts: collections.Counter = collections.Counter()
     problems: list[str] = []
-    info = compiler.tokenizer_info
     for group in json.loads(path.read_text()):
         schema = group["schema"]
         needed = max([nesting(t["data"]) for t in group["tests"] if t["valid"]], default=0)
@@ -120,7 +105,7 @@ def run_file(compiler: GrammarCompiler, path: Path) -> tuple[collections.Counter
         for test in group["tests"]:
             valid = expected_valid(name, group, test)
             counts["instances"] += 1
-            accepted = walk(compiled, info, orderer.dumps(test["data"]))
+            accepted = walk(compiled, orderer.dumps(test["data"]))
             if orderer.admits(test["data"]) != valid:
                 problems.append(f"{name}: value-set model disagrees: {group['description']}: {test['description']}")
             if accepted and not valid:

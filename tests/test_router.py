@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+from test_server_helpers import child_pids
 
 from sprig.runtime.router_launch import args_to_argv
 from sprig.runtime.router_policy import Policy, PolicyConfig, RoutingKey, Selector, routing_key
@@ -82,24 +83,11 @@ def test_router_needs_valid_flags():
 
 
 # --- two live replicas behind `sprig serve --dp-size 2` -------------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(entry.name))
-    return kids
-
-
 def _replica_pid(parent: int, port: int) -> int:
     """The child of `parent` that listens on `port` (found through its socket inode)."""
     rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
     inodes = {f"socket:[{r[9]}]" for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == port}
-    for pid in _children(parent):
+    for pid in child_pids(parent):
         fds = Path(f"/proc/{pid}/fd")
         if any(fd.is_symlink() and os.readlink(fd) in inodes for fd in fds.iterdir()):
             return pid

@@ -19,6 +19,20 @@ import httpx
 STARTUP_TIMEOUT_S = 180.0
 
 
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (read from /proc; Linux)."""
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

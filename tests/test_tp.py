@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from test_server_helpers import child_pids
 
 from sprig import Engine
 from sprig.runtime.checkpoints import RECIPES, checkpoint_path
@@ -32,19 +33,6 @@ def _generate(path: Path, tp_size: int, **extra: object) -> tuple[list[dict], En
     engine = Engine(str(path), tp_size=tp_size, **OPTIONS, **extra)
     out = engine.generate(PROMPTS, GREEDY, return_logprob=True, logprob_start_len=0)
     return out, engine
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(entry.name))
-    return kids
 
 
 def _alive(pid: int) -> bool:
@@ -161,7 +149,7 @@ def test_sprig_serve_tp2_matches_tp1_and_exits_when_a_rank_dies(tiny_paths):
             assert native["output_ids"] == ref["output_ids"]
             body = {"model": "default", "prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0, "ignore_eos": True}
             assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == ref_text
-            workers = _children(proc.pid)
+            workers = child_pids(proc.pid)
             assert len(workers) == 1
             os.kill(workers[0], signal.SIGKILL)
             deadline = time.monotonic() + 10
