@@ -196,10 +196,13 @@ def paged_attention(
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` replaces `decode_attention` for the decode rows
     (the CPU backend passes its C kernel).
     """
+    decode_fn = decode or decode_attention
+    if not meta.extends and meta.decode_rows is not None and meta.decode_rows.numel() == q.shape[0]:
+        return decode_fn(q, k_cache, v_cache, meta, scale)  # a pure decode step: every row, in order, no copies
     out = torch.empty_like(q)
     if meta.decode_rows is not None:
         qd = q.index_select(0, meta.decode_rows)
-        out.index_copy_(0, meta.decode_rows, (decode or decode_attention)(qd, k_cache, v_cache, meta, scale))
+        out.index_copy_(0, meta.decode_rows, decode_fn(qd, k_cache, v_cache, meta, scale))
     extend_attention(q, k, v, k_cache, v_cache, meta, scale, out)
     return out
 
