@@ -29,9 +29,15 @@ from sprig.kernels.attention import paged_attention as torch_paged_attention
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("paged_decode_attention.c",)
+SOURCES = tuple(sorted(p.name for p in (Path(__file__).parent / "csrc").glob("*.c")))  # one library of all kernels
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11")
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+# The C signature of every exported kernel: (argument types); each returns int (0 = done, else not handled).
+SIGNATURES: dict[str, list] = {
+    "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int],
+}
 
 
 def cache_dir() -> Path:
@@ -86,9 +92,10 @@ def load_library(flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as e:
         raise RuntimeError(str(e)) from e
-    lib.paged_decode_attention.restype = ctypes.c_int
-    lib.paged_decode_attention.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [
-        ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = argtypes
     return lib
 
 
