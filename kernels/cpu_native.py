@@ -37,6 +37,8 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 # The C signature of every exported kernel: (argument types); each returns int (0 = done, else not handled).
 SIGNATURES: dict[str, list] = {
     "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int],
+    "amx_gemm_available": [],
+    "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
 }
 
 

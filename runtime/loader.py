@@ -15,6 +15,7 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
+from sprig.kernels.cpu_gemm import amx_supports
 from sprig.runtime import host_memory
 from sprig.runtime.distributed import TPContext
 from sprig.runtime.errors import CheckpointError
@@ -230,9 +231,17 @@ def load_model(
     if _packs_linears(model, device):
         for m in model.modules():
             if isinstance(m, Linear):
-                m.pack_for_onednn()
+                _pack_linear(m)
     model.eval()
     return model
+
+
+def _pack_linear(linear: Linear) -> None:
+    """bf16 on AMX through sprig's kernel where the shape allows (SPRIG_AMX=0: never), else oneDNN's layout."""
+    if os.environ.get("SPRIG_AMX", "1") != "0" and amx_supports(linear.weight):
+        linear.pack_for_amx()
+    else:
+        linear.pack_for_onednn()
 
 
 def _packs_linears(model: CausalLM, device: str) -> bool:

@@ -14,6 +14,8 @@ from torch import nn
 
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
+from sprig.kernels.cpu_gemm import amx_linear, amx_pack
+from sprig.runtime import host_memory
 from sprig.runtime.distributed import TPContext, local_config, shard_plan
 from sprig.runtime.model_config import ModelConfig
 from sprig.runtime.rope import rope_cos_sin_cache
@@ -38,8 +40,11 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
+        self.amx: torch.Tensor | None = None  # the weight in AMX tile order, see pack_for_amx
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.amx is not None:
+            return amx_linear(x, self.amx, self.bias)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -51,6 +56,17 @@ class Linear(nn.Module):
         runs 1.3-1.4x faster, bit-identical. The plain weight is dropped (to a meta tensor that keeps its shape).
         """
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), batch_size=64)
+        self._drop_plain_weight()
+
+    def pack_for_amx(self) -> None:
+        """Hold the weight only in the tile order of sprig's AMX kernel (`kernels/cpu_gemm.py`), bf16 on CPUs
+        with AMX: it avoids oneDNN's slow cases on this model family's shapes (see `kernels/csrc/amx_gemm.c`)."""
+        packed = amx_pack(self.weight.detach())
+        self.amx = host_memory.zeros(tuple(packed.shape), packed.dtype).copy_(packed)  # read once per step: TLB
+        self._drop_plain_weight()
+
+    def _drop_plain_weight(self) -> None:
+        """Keep only the weight's shape (a meta tensor) once another layout holds its values."""
         self.weight = nn.Parameter(torch.empty(self.weight.shape, dtype=self.weight.dtype, device="meta"),
                                    requires_grad=False)
 

@@ -59,6 +59,7 @@ def test_int8_weights_are_int8_with_a_scale_per_output_row(tiny_paths):
 def test_onednn_packed_linears_change_nothing_but_speed(reference, dtype, monkeypatch):
     """Half-precision linears on the CPU run from oneDNN's blocked weight layout; the logits are bit-identical."""
     path, ids, _ = reference
+    monkeypatch.setenv("SPRIG_AMX", "0")  # bf16 would take sprig's AMX kernel (tests/test_cpu_gemm.py)
     assert load_model(path, dtype).layers[0].mlp.down_proj.packed is not None
     packed_logits = sprig_logits(path, ids, dtype, None)
     monkeypatch.setenv("SPRIG_ONEDNN_PACK", "0")
