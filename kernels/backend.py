@@ -1,11 +1,12 @@
 """Pick the kernel implementations the model and sampler call: torch references, their Triton twins, or C.
 
 `get_kernels("torch")` gives the reference ops of `kernels/*.py`; `get_kernels("triton")` the `kernels/triton_*.py`
-twins with the same signatures and semantics; `get_kernels("cpu")` the torch ops with decode attention from the C
-kernel in `kernels/csrc` (built on first use by `kernels/cpu_native.py`). `get_kernels()` picks Triton on CUDA,
-and on the CPU "cpu" when the C kernel builds here, else torch. Triton runs on CPU tensors only through its
-interpreter (`TRITON_INTERPRET=1` set before the Triton modules are first imported), which is how the twins are
-tested without a GPU; asking for Triton on CPU otherwise is an error.
+twins with the same signatures and semantics; `get_kernels("cpu")` decode attention, RMSNorm, rotary embedding,
+SiLU-and-mul and the KV store from the C kernels in `kernels/csrc` (built on first use by `kernels/cpu_native.py`),
+the rest in torch. `get_kernels()` picks Triton on CUDA, and on the CPU "cpu" when the C kernels build here, else
+torch. Triton runs on CPU tensors only through its interpreter (`TRITON_INTERPRET=1` set before the Triton
+modules are first imported), which is how the twins are tested without a GPU; asking for Triton on CPU otherwise
+is an error.
 The Triton modules are imported lazily, so importing this module never needs triton.
 
 Sampling stays in torch (`runtime/sampler.py`), on purpose:
@@ -135,7 +136,9 @@ def _triton_kernels() -> KernelSet:
 
 
 def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
-    """The torch ops with decode attention from sprig's C kernel (`kernels/csrc`), for CPU tensors."""
+    """Decode attention and the per-layer elementwise ops from sprig's C kernels (`kernels/csrc`), for CPU tensors;
+    each falls back to its torch reference for inputs the C kernels do not take."""
+    from sprig.kernels import cpu_elementwise as ew
     from sprig.kernels.cpu_native import native_kernels, paged_attention
 
     if device is not None and torch.device(device).type != "cpu":
@@ -143,4 +146,8 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     if native_kernels() is None:
         raise ValueError("kernel backend 'cpu' needs a C compiler with OpenMP (gcc) to build sprig's CPU kernels; "
                          "see the log for the build error, or use backend 'torch'")
-    return replace(_torch_kernels(), name="cpu", paged_attention=paged_attention, uses_decode_split=False)
+    return replace(
+        _torch_kernels(), name="cpu", store_kv=ew.store_kv, paged_attention=paged_attention, rms_norm=ew.rms_norm,
+        fused_add_rms_norm=ew.fused_add_rms_norm, apply_rotary_=ew.apply_rotary_, silu_and_mul=ew.silu_and_mul,
+        uses_decode_split=False,
+    )

@@ -37,6 +37,11 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 # The C signature of every exported kernel: (argument types); each returns int (0 = done, else not handled).
 SIGNATURES: dict[str, list] = {
     "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int],
+    # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
+    "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
+    "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],
+    "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
+    "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int],
     "amx_gemm_available": [],
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
 }
