@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#define MAX_HEAD_DIM 1024  // rotary embedding's per-token cos/sin buffer
 #define PARALLEL_MIN 16384  // elements below which one thread beats the fork/join of a parallel region
 
 static inline float bf16_to_float(uint16_t x) {
@@ -282,7 +283,7 @@ static void rotate_heads(char *x, int64_t heads, int64_t sh, const float *cs, in
         char *p1 = x + (size_t)(h * sh) * es, *p2 = p1 + (size_t)half * es;
         for (int64_t i = 0; i < half; i += 16) {
             const int64_t m = half - i;
-            const __m512 c = round16(load16(cs + i, m, 0), dtype), s = round16(load16(cs + half + i, m, 0), dtype);
+            const __m512 c = load16(cs + i, m, 0), s = load16(cs + half + i, m, 0);
             const __m512 x1 = load16(p1 + i * es, m, dtype), x2 = load16(p2 + i * es, m, dtype);
             const __m512 r1 = sub_rn(round16(mul_rn(x1, c), dtype), round16(mul_rn(x2, s), dtype));
             const __m512 r2 = add_rn(round16(mul_rn(x2, c), dtype), round16(mul_rn(x1, s), dtype));
@@ -309,7 +310,7 @@ static NO_CONTRACT void rotate_heads(char *x, int64_t heads, int64_t sh, const f
     for (int64_t h = 0; h < heads; h++) {
         char *p1 = x + (size_t)(h * sh) * es, *p2 = p1 + (size_t)half * es;
         for (int64_t i = 0; i < half; i++) {
-            const float c = round1(cs[i], dtype), s = round1(cs[half + i], dtype);
+            const float c = cs[i], s = cs[half + i];
             const float x1 = load1(p1, i, dtype), x2 = load1(p2, i, dtype);
             const float a = round1(x1 * c, dtype), b = round1(x2 * s, dtype);
             const float e = round1(x2 * c, dtype), f = round1(x1 * s, dtype);
@@ -326,14 +327,15 @@ static NO_CONTRACT void rotate_heads(char *x, int64_t heads, int64_t sh, const f
 int rotary_embedding(void *q, void *k, const int64_t *positions, const float *cache, int64_t T, int64_t Hq,
                      int64_t sq0, int64_t sq1, int64_t Hk, int64_t sk0, int64_t sk1, int64_t D, int64_t max_pos,
                      int dtype, int num_threads) {
-    if (dtype < 0 || dtype > 2 || D % 2 != 0) return 1;
+    if (dtype < 0 || dtype > 2 || D % 2 != 0 || D > MAX_HEAD_DIM) return 1;
     for (int64_t t = 0; t < T; t++)
         if (positions[t] < 0 || positions[t] >= max_pos) return 1;
     const size_t es = dtype == 0 ? 4 : 2;
     const int nt = threads_for(T * (Hq + Hk) * D, num_threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t t = 0; t < T; t++) {
-        const float *cs = cache + positions[t] * D;
+        float cs[MAX_HEAD_DIM];  // this token's cos/sin rounded to the dtype once, as the reference's .to(dtype)
+        for (int64_t i = 0; i < D; i++) cs[i] = round1(cache[positions[t] * D + i], dtype);
         rotate_heads((char *)q + (size_t)(t * sq0) * es, Hq, sq1, cs, D, dtype, es);
         rotate_heads((char *)k + (size_t)(t * sk0) * es, Hk, sk1, cs, D, dtype, es);
     }
