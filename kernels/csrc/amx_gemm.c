@@ -117,8 +117,9 @@ int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
     {
         float acc[32 * 32] __attribute__((aligned(64)));
         load_config();
-        /* Items panel-major: a thread's consecutive items reuse the weight panel it already holds in L2. */
-#pragma omp for schedule(static)
+        /* Items panel-major: a thread's consecutive items reuse the weight panel it already holds in L2. Dynamic,
+         * so a thread the OS deschedules for a while does not leave the other waiting at the end. */
+#pragma omp for schedule(dynamic, 2)
         for (int64_t item = 0; item < panels * row_items; item++) {
             const int64_t panel = item / row_items, first = (item % row_items) * ROWS_PER_ITEM;
             const int64_t last = first + ROWS_PER_ITEM < m ? first + ROWS_PER_ITEM : m;
