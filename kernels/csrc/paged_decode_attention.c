@@ -152,6 +152,52 @@ static inline __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+#ifdef __AVX512BF16__
+// The sums of 16 vectors, in order, as one vector: a transpose-and-add tree (45 instructions instead of 16
+// horizontal reductions of ~8 each).
+static inline __m512 sum16(const __m512 v[16]) {
+    __m512 t[4];
+    for (int b = 0; b < 4; b++) {
+        const __m512 *w = v + 4 * b;
+        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(w[0], w[1]), _mm512_unpackhi_ps(w[0], w[1]));
+        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(w[2], w[3]), _mm512_unpackhi_ps(w[2], w[3]));
+        const __m512d a = _mm512_castps_pd(s01), c = _mm512_castps_pd(s23);
+        t[b] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, c)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, c)));
+    }  // t[b], 128-bit lane L: the partial sums of v[4b..4b+3] over their elements 4L..4L+3
+    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x44), _mm512_shuffle_f32x4(t[0], t[1], 0xEE));
+    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x44), _mm512_shuffle_f32x4(t[2], t[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
+// Scaled bf16 scores of a chunk's n keys for query heads [0, H * G): q . k on bf16 pairs with fp32 accumulation
+// (VDPBF16PS reads the keys as stored, no conversion), 16 keys at a time; lanes past n repeat key 0 and are
+// overwritten with -inf by the caller.
+static inline __attribute__((always_inline)) void scores_bf16(
+    const void *q, const void *k_cache, const int64_t *slots, int64_t n, int64_t H, int64_t G, size_t slot_stride,
+    size_t head_bytes, float scale, const int NV, float s[][CHUNK]) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t qh = h * G + g;
+            __m512bh qb[MAX_DIM / 32];
+            for (int i = 0; i < NV / 2; i++)
+                qb[i] = (__m512bh)_mm512_loadu_si512((const char *)q + (size_t)qh * head_bytes + (size_t)i * 64);
+            for (int64_t j0 = 0; j0 < n; j0 += 16) {
+                __m512 d[16];
+                for (int j = 0; j < 16; j++) {
+                    const int64_t slot = slots[j0 + j < n ? j0 + j : 0];
+                    const char *kp = (const char *)k_cache + (size_t)slot * slot_stride + h * head_bytes;
+                    d[j] = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[0], (__m512bh)_mm512_loadu_si512(kp));
+                    for (int i = 1; i < NV / 2; i++)
+                        d[j] = _mm512_dpbf16_ps(d[j], qb[i], (__m512bh)_mm512_loadu_si512(kp + (size_t)i * 64));
+                }
+                _mm512_store_ps(&s[qh][j0], _mm512_mul_ps(sum16(d), sc));
+            }
+        }
+    }
+}
+#endif
+
 // Query heads [0, H * G) of one sequence attend to their H kv heads (adjacent in each pool slot), D = 16 * NV.
 // Taking all of a sequence's heads in one pass reads each slot's keys and values as one contiguous run (the
 // pool stores a slot's heads side by side), which DRAM serves far better than one head's slice per pass.
@@ -187,18 +233,26 @@ static inline __attribute__((always_inline)) void attend_avx512(
                 prefetch_row((const char *)k_cache + (size_t)(pages[u / page_size] * page_size + u % page_size) *
                                                           slot_stride, run_bytes);
             }
-            const char *kp = (const char *)k_cache + (size_t)slots[j] * slot_stride;
-            for (int64_t h = 0; h < H; h++) {
-                __m512 kr[MAX_DIM / 16];
-                for (int i = 0; i < NV; i++) kr[i] = load16(kp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
-                for (int64_t g = 0; g < G; g++) {
-                    const int64_t qh = h * G + g;
-                    __m512 d = _mm512_mul_ps(qv[qh][0], kr[0]);
-                    for (int i = 1; i < NV; i++) d = _mm512_fmadd_ps(qv[qh][i], kr[i], d);
-                    s[qh][j] = _mm512_reduce_add_ps(d);
+        }
+#ifdef __AVX512BF16__
+        if (dtype == 1)
+            scores_bf16(q, k_cache, slots, n, H, G, slot_stride, head_bytes, scale, NV, s);
+        else
+#endif
+            for (int64_t j = 0; j < n; j++) {
+                const char *kp = (const char *)k_cache + (size_t)slots[j] * slot_stride;
+                for (int64_t h = 0; h < H; h++) {
+                    __m512 kr[MAX_DIM / 16];
+                    for (int i = 0; i < NV; i++)
+                        kr[i] = load16(kp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
+                    for (int64_t g = 0; g < G; g++) {
+                        const int64_t qh = h * G + g;
+                        __m512 d = _mm512_mul_ps(qv[qh][0], kr[0]);
+                        for (int i = 1; i < NV; i++) d = _mm512_fmadd_ps(qv[qh][i], kr[i], d);
+                        s[qh][j] = _mm512_reduce_add_ps(d);
+                    }
                 }
             }
-        }
         for (int64_t j = n; j < (n + 15) / 16 * 16; j++)
             for (int64_t qh = 0; qh < QH; qh++) s[qh][j] = -INFINITY;  // pad the last vector: e^-inf = 0
         for (int64_t qh = 0; qh < QH; qh++) {
