@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep-rates", nargs="*", type=float, default=[0.5, 1, 2, 4],
                    help="request rates (req/s, Poisson) for the throughput-vs-rate plot on `random`; none: skip")
     p.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or PATH)")
+    p.add_argument("--llama-args", default="-fa off",
+                   help="extra llama-server arguments (default: flash attention off, the faster CPU path here)")
     p.add_argument("--llama-cpp-dir", default=None,
                    help="llama.cpp source tree with convert_hf_to_gguf.py (default: $LLAMA_CPP_DIR)")
     p.add_argument("--out-dir", default="benchmarks/report", help="compare.json, plots and report.md")
@@ -182,13 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     path = model_dir(args.model)
     setup = Setup(model_dir=path, dtype=args.dtype, threads=args.threads, concurrency=args.max_concurrency,
                   ctx_per_slot=ctx_per_slot(args), log_dir=work / "logs", gguf_dir=work / "gguf",
-                  llama_server=args.llama_server, llama_cpp_dir=args.llama_cpp_dir)
+                  llama_server=args.llama_server, llama_cpp_dir=args.llama_cpp_dir,
+                  llama_args=tuple(args.llama_args.split()))
     data: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "load_before": load_average(),
         "setup": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
                   "num_prompts": args.num_prompts, "concurrency": args.max_concurrency, "input_len": args.input_len,
                   "output_len": args.output_len, "prefix_len": args.prefix_len, "num_groups": args.num_groups,
-                  "baseline_prompts": args.baseline_prompts, "range_ratio": args.range_ratio},
+                  "baseline_prompts": args.baseline_prompts, "range_ratio": args.range_ratio,
+                  "llama_args": args.llama_args},
         "skipped": {}, "runs": [], "sweep": [], "commands": {},
     }
     tok = Tokenizer(path)
