@@ -80,8 +80,8 @@ def _build(cc: str, flags: tuple[str, ...], out: Path) -> None:
 
 def _library_path(cc: str, flags: tuple[str, ...]) -> Path:
     h = hashlib.sha256()
-    for name in SOURCES:
-        h.update((Path(__file__).parent / "csrc" / name).read_bytes())
+    for path in sorted((Path(__file__).parent / "csrc").glob("*.[ch]")):  # the sources and the headers they include
+        h.update(path.read_bytes())
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     h.update("\0".join([*flags, version, _cpu_signature(), platform.machine()]).encode())
     return cache_dir() / f"sprig_kernels_{h.hexdigest()[:16]}.so"

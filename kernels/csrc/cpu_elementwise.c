@@ -14,23 +14,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define MAX_HEAD_DIM 1024  // rotary embedding's per-token cos/sin buffer
 #define PARALLEL_MIN 16384  // elements below which one thread beats the fork/join of a parallel region
-
-static inline float bf16_to_float(uint16_t x) {
-    uint32_t u = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN, as torch writes it
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even, as torch does
-    return (uint16_t)(u >> 16);
-}
 
 static inline float load1(const void *p, int64_t i, int dtype) {
     if (dtype == 0) return ((const float *)p)[i];
@@ -61,6 +48,8 @@ static inline int threads_for(int64_t elements, int num_threads) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define VEC512 1
 #include <immintrin.h>
+
+#include "vec_exp.h"
 
 #define RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
@@ -113,23 +102,6 @@ static inline __m512 mul_rn(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, 
 static inline __m512 add_rn(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, RN); }
 static inline __m512 sub_rn(__m512 a, __m512 b) { return _mm512_sub_round_ps(a, b, RN); }
 
-// e^x over the whole float range (inf above ~88.7, 0 below ~-103.9): x = n ln2 + f with a two-part ln2 so f is
-// exact, e^f by a degree-7 Taylor polynomial on |f| <= ln2/2 (error < 1 ulp before the final scale).
-static inline __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), RN);
-    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), f);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 #endif
 
 // ---- RMSNorm ----------------------------------------------------------------------------------------------------

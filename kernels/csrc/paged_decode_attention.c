@@ -10,24 +10,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define MAX_GROUP 32
 #define MAX_DIM 256
 #define MAX_QHEADS 64  // query heads one call of the vector path takes (its accumulators live on the stack)
-
-static inline float bf16_to_float(uint16_t x) {
-    uint32_t u = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // keep NaN a NaN
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even, as torch does
-    return (uint16_t)(u >> 16);
-}
 
 // Copy n elements of type `dtype` at `src` into floats.
 static inline void load_row(float *dst, const void *src, int64_t n, int dtype) {
@@ -121,6 +108,8 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
 #ifdef __AVX512F__
 #include <immintrin.h>
 
+#include "vec_exp.h"
+
 // 16 elements of `dtype` at p as floats.
 static inline __m512 load16(const void *p, int dtype) {
     if (dtype == 0) return _mm512_loadu_ps(p);
@@ -133,23 +122,6 @@ static inline __m512 load16(const void *p, int dtype) {
 
 static inline void prefetch_row(const char *p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
-
-// e^x for x <= 0 (scores minus their running maximum): 2^(x log2 e) as 2^n * p(f) with a degree-6 polynomial,
-// relative error ~2e-7; underflows to 0 below -87 as expf does.
-static inline __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.69314718055994531f));  // f in ln2*[-.5,.5]
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 #ifdef __AVX512BF16__
