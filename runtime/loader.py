@@ -229,9 +229,10 @@ def load_model(
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
     if _packs_linears(model, device):
-        for m in model.modules():
-            if isinstance(m, Linear):
-                _pack_linear(m)
+        linears = [m for m in model.modules() if isinstance(m, Linear)]
+        for m in linears:
+            _pack_linear(m)
+        host_memory.pack_parameters(nn.ModuleList(linears))  # AMX-packed weights and biases: one huge-page buffer
     model.eval()
     return model
 

@@ -15,7 +15,6 @@ from torch import nn
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.kernels.cpu_gemm import amx_linear, amx_pack
-from sprig.runtime import host_memory
 from sprig.runtime.distributed import TPContext, local_config, shard_plan
 from sprig.runtime.model_config import ModelConfig
 from sprig.runtime.rope import rope_cos_sin_cache
@@ -40,7 +39,7 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
-        self.amx: torch.Tensor | None = None  # the weight in AMX tile order, see pack_for_amx
+        self.register_buffer("amx", None, persistent=False)  # the weight in AMX tile order, see pack_for_amx
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.amx is not None:
@@ -61,8 +60,7 @@ class Linear(nn.Module):
     def pack_for_amx(self) -> None:
         """Hold the weight only in the tile order of sprig's AMX kernel (`kernels/cpu_gemm.py`), bf16 on CPUs
         with AMX: it avoids oneDNN's slow cases on this model family's shapes (see `kernels/csrc/amx_gemm.c`)."""
-        packed = amx_pack(self.weight.detach())
-        self.amx = host_memory.zeros(tuple(packed.shape), packed.dtype).copy_(packed)  # read once per step: TLB
+        self.amx = amx_pack(self.weight.detach())  # a buffer: the loader moves all of them onto huge pages
         self._drop_plain_weight()
 
     def _drop_plain_weight(self) -> None:
@@ -125,8 +123,7 @@ class Attention(nn.Module):
         v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        else:
-            q, k = q.contiguous(), k.contiguous()
+        # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
         self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
         self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v)
         out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
