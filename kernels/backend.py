@@ -43,7 +43,7 @@ class KernelSet:
     apply_rotary_: Callable[..., None]
     silu_and_mul: Callable[..., torch.Tensor]
     apply_token_bitmask_: Callable[..., None]
-    uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (the torch reference)
+    uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (shared-prefix groups)
 
 
 def default_backend(device: torch.device | str | None = None) -> str:
@@ -139,6 +139,7 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     """Decode attention and the per-layer elementwise ops from sprig's C kernels (`kernels/csrc`), for CPU tensors;
     each falls back to its torch reference for inputs the C kernels do not take."""
     from sprig.kernels import cpu_elementwise as ew
+    from sprig.kernels.cpu_gemm import amx_enabled
     from sprig.kernels.cpu_native import native_kernels, paged_attention
 
     if device is not None and torch.device(device).type != "cpu":
@@ -149,5 +150,5 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     return replace(
         _torch_kernels(), name="cpu", store_kv=ew.store_kv, paged_attention=paged_attention, rms_norm=ew.rms_norm,
         fused_add_rms_norm=ew.fused_add_rms_norm, apply_rotary_=ew.apply_rotary_, silu_and_mul=ew.silu_and_mul,
-        uses_decode_split=False,
+        uses_decode_split=amx_enabled(),  # the C kernel attends shared-prefix groups on AMX tiles (bf16)
     )

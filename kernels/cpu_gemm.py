@@ -7,6 +7,7 @@ x @ w.T (+ bias) with fp32 accumulation and bf16 output, like `F.linear` in bf16
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -23,11 +24,17 @@ def amx_available() -> bool:
     return lib is not None and lib.amx_gemm_available() == 0
 
 
+def amx_enabled() -> bool:
+    """AMX is available and not turned off with SPRIG_AMX=0 (read on every call, so tests can set it)."""
+    return os.environ.get("SPRIG_AMX", "1") != "0" and amx_available()
+
+
 def amx_supports(weight: torch.Tensor) -> bool:
-    """Whether `amx_linear` can take this [out, in] weight: bf16 on the CPU, both sizes multiples of 32."""
+    """Whether `amx_linear` should take this [out, in] weight: bf16 on the CPU, both sizes multiples of 32, AMX
+    enabled."""
     n, k = weight.shape
     return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % PANEL_N == 0
-            and k % TILE_K == 0 and amx_available())
+            and k % TILE_K == 0 and amx_enabled())
 
 
 def amx_pack(weight: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.attention import AttentionMetadata, DecodeSplit
 from sprig.kernels.attention import decode_attention as torch_decode_attention
 from sprig.kernels.attention import paged_attention as torch_paged_attention
 
@@ -36,12 +36,13 @@ DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 # The C signature of every exported kernel: (argument types); each returns int (0 = done, else not handled).
 SIGNATURES: dict[str, list] = {
-    "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int],
+    "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int] + [_P] * 3 + [_I],
     # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
     "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
     "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],
     "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int],
+    "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
     "amx_gemm_available": [],
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
 }
@@ -120,12 +121,13 @@ def native_kernels() -> ctypes.CDLL | None:
 
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pages: torch.Tensor, lens: torch.Tensor,
-    page_size: int, scale: float, lib: ctypes.CDLL | None = None,
+    page_size: int, scale: float, lib: ctypes.CDLL | None = None, split: DecodeSplit | None = None,
 ) -> torch.Tensor | None:
     """Attention of one new query token per sequence over its pages; None when the kernel cannot take it.
 
     q [B, Hq, D]; k_cache/v_cache [slots, Hkv, D] of q's dtype; pages [B, max_pages] and lens [B] int64
-    (every len >= 1). Returns [B, Hq, D]. `lib` defaults to `native_kernels()`.
+    (every len >= 1). Returns [B, Hq, D]. `lib` defaults to `native_kernels()`. With `split` (rows sharing
+    leading pages), bf16 on AMX attends each group's shared pages once for all its rows (the same result).
     """
     lib = lib or native_kernels()
     code = DTYPE_CODES.get(q.dtype)
@@ -138,9 +140,11 @@ def paged_decode_attention(
     lens = lens.contiguous()
     out = torch.empty_like(q)
     b, hq, d = q.shape
+    groups = (0, 0, 0, 0) if split is None else (
+        split.rows.data_ptr(), split.offsets.data_ptr(), split.shared_pages.data_ptr(), len(split.groups))
     status = lib.paged_decode_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(), lens.data_ptr(),
-        b, pages.shape[1], hq, k_cache.shape[1], d, page_size, scale, code, torch.get_num_threads())
+        b, pages.shape[1], hq, k_cache.shape[1], d, page_size, scale, code, torch.get_num_threads(), *groups)
     return out if status == 0 else None
 
 
@@ -150,7 +154,7 @@ def decode_attention(
     """`attention.decode_attention` through the C kernel, or the torch reference where the kernel cannot run."""
     if meta.decode_lens is not None:
         out = paged_decode_attention(qd, k_cache, v_cache, meta.decode_pages, meta.decode_lens, meta.page_size,
-                                     scale)
+                                     scale, split=meta.decode_split)
         if out is not None:
             return out
     return torch_decode_attention(qd, k_cache, v_cache, meta, scale)

@@ -239,7 +239,7 @@ def load_model(
 
 def _pack_linear(linear: Linear) -> None:
     """bf16 on AMX through sprig's kernel where the shape allows (SPRIG_AMX=0: never), else oneDNN's layout."""
-    if os.environ.get("SPRIG_AMX", "1") != "0" and amx_supports(linear.weight):
+    if amx_supports(linear.weight):
         linear.pack_for_amx()
     else:
         linear.pack_for_onednn()

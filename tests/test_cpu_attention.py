@@ -7,6 +7,7 @@ import torch
 
 from sprig.kernels import attention as ref
 from sprig.kernels import cpu_native
+from sprig.kernels.cpu_gemm import amx_available
 from sprig.kernels.cpu_native import load_library, paged_decode_attention
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -112,3 +113,75 @@ def test_a_mixed_batch_through_the_cpu_backend_equals_the_torch_backend():
     expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def _grouped_case(seed: int, hq: int, hkv: int, d: int, page_size: int):
+    """Three groups of rows sharing 2, 7 and 20 rows' worth of leading pages, plus two rows of their own."""
+    g = torch.Generator().manual_seed(seed)
+    n_pages = 700
+    k_cache = torch.randn(n_pages * page_size, hkv, d, generator=g).to(torch.bfloat16)
+    v_cache = torch.randn(n_pages * page_size, hkv, d, generator=g).to(torch.bfloat16)
+    free = (torch.randperm(n_pages - 1, generator=g) + 1).tolist()
+    tables, lens = [], []
+    for rows, shared_tokens in ((2, 64), (7, 300), (20, 136)):  # chunk borders: 128 keys; tile borders: 16, 32
+        common = [free.pop() for _ in range(-(-shared_tokens // page_size))]
+        for r in range(rows):
+            n = len(common) * page_size + 1 + (13 * r) % 70
+            tables.append(torch.tensor(common + [free.pop() for _ in range(-(-n // page_size) - len(common))]))
+            lens.append(n)
+    for n in (5, 90):
+        tables.append(torch.tensor([free.pop() for _ in range(-(-n // page_size))]))
+        lens.append(n)
+    meta = ref.AttentionMetadata.build(page_size, [1] * len(lens), [n - 1 for n in lens], tables)
+    q = torch.randn(len(lens), hq, d, generator=g).to(torch.bfloat16)
+    return q, k_cache, v_cache, meta
+
+
+needs_amx = pytest.mark.skipif(not amx_available(), reason="the shared-prefix kernel runs on AMX tiles")
+GQA = [(12, 4, 64), (8, 2, 128), (4, 4, 64), (16, 1, 64)]  # 3, 4, 1 and 16 query heads per kv head
+
+
+@needs_amx
+@pytest.mark.parametrize(("hq", "hkv", "d"), GQA)
+@pytest.mark.parametrize("page_size", [4, 16, 32])
+def test_each_groups_shared_prefix_is_one_matrix_product(vector_lib, hq, hkv, d, page_size):
+    """The AMX kernel's output and log-sum-exp over a group's shared keys equal a torch softmax over them."""
+    q, k_cache, v_cache, meta = _grouped_case(6, hq, hkv, d, page_size)
+    split = meta.decode_split
+    assert split is not None and sorted(len(g.rows) for g in split.groups) == [2, 7, 20]
+    b = q.shape[0]
+    out = torch.full((b, hq, d), float("nan"))
+    lse = torch.full((b, hq), float("nan"))
+    status = vector_lib.attend_prefix_groups(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), meta.decode_pages.data_ptr(), meta.decode_pages.shape[1],
+        split.rows.data_ptr(), split.offsets.data_ptr(), split.shared_pages.data_ptr(), len(split.groups), hq, hkv,
+        d, page_size, d**-0.5, out.data_ptr(), lse.data_ptr(), 2)
+    assert status == 0
+    for group in split.groups:
+        keys = ref._gather_pages(k_cache, group.pages, page_size).float().repeat_interleave(hq // hkv, 1)
+        values = ref._gather_pages(v_cache, group.pages, page_size).float().repeat_interleave(hq // hkv, 1)
+        scores = torch.einsum("bhd,thd->bht", q[group.rows].float(), keys) * d**-0.5
+        want = torch.einsum("bht,thd->bhd", scores.softmax(-1), values)
+        torch.testing.assert_close(out[group.rows], want, atol=1.6e-2, rtol=1.6e-2)
+        torch.testing.assert_close(lse[group.rows], scores.logsumexp(-1), atol=1e-3, rtol=1e-3)
+    assert lse[-2:].isnan().all()  # rows in no group are left alone
+
+
+@needs_amx
+@pytest.mark.parametrize(("hq", "hkv", "d"), GQA)
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_groups_merged_with_each_rows_own_pages_match_the_reference(vector_lib, hq, hkv, d, page_size):
+    q, k_cache, v_cache, meta = _grouped_case(7, hq, hkv, d, page_size)
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, page_size, d**-0.5,
+                                 lib=vector_lib, split=meta.decode_split)
+    torch.testing.assert_close(out.float(), _reference(q, k_cache, v_cache, meta, d**-0.5), atol=TOL[torch.bfloat16],
+                               rtol=TOL[torch.bfloat16])
+
+
+def test_groups_are_ignored_where_the_kernel_has_no_group_path(vector_lib):
+    """fp32 (no AMX product) reads every row's pages itself: the same result as without groups."""
+    q, k_cache, v_cache, meta = _grouped_case(8, 8, 2, 64, 16)
+    q, k_cache, v_cache = q.float(), k_cache.float(), v_cache.float()
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
+                                 lib=vector_lib, split=meta.decode_split)
+    torch.testing.assert_close(out, _reference(q, k_cache, v_cache, meta, 0.125), atol=2e-5, rtol=2e-5)

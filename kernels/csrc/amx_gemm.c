@@ -14,23 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#define SPRIG_AMX 1
-#include <immintrin.h>
+#include "amx.h"
+
+#ifdef SPRIG_AMX
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 #define ROWS_PER_ITEM 128 /* rows of `a` one work item takes past its weight panel */
-
-typedef struct {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
 
 static int amx_state = -1; /* -1 unknown, 1 usable, 0 refused by the kernel */
 #endif
@@ -47,17 +39,6 @@ int amx_gemm_available(void) {
 }
 
 #ifdef SPRIG_AMX
-static void load_config(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
-
 /* Round 32 fp32 values (+ bias) to bf16 and store `cols` = 32 of them. */
 static inline void store_row(uint16_t *dst, const float *src, const uint16_t *bias) {
     __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
@@ -116,7 +97,7 @@ int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
 #pragma omp parallel num_threads(nthreads)
     {
         float acc[32 * 32] __attribute__((aligned(64)));
-        load_config();
+        amx_load_config();
         /* Items panel-major: a thread's consecutive items reuse the weight panel it already holds in L2. Dynamic,
          * so a thread the OS deschedules for a while does not leave the other waiting at the end. */
 #pragma omp for schedule(dynamic, 2)

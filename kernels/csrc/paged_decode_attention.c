@@ -6,11 +6,17 @@
 //
 // Shapes (all contiguous): q [B, Hq, D]; k_cache, v_cache [num_slots, Hkv, D]; pages [B, max_pages] int64;
 // lens [B] int64 (keys per sequence, >= 1); out [B, Hq, D]. Hq = G * Hkv (GQA). dtype: 0 fp32, 1 bf16, 2 fp16.
+//
+// Rows that share leading pages through the radix tree may come in groups: their shared keys are attended once
+// per group as matrix products (prefix_attention.c), each row then walks only its own pages and merges the two
+// parts by log-sum-exp.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
+#include "prefix_attention.h"
 
 #define MAX_GROUP 32
 #define MAX_DIM 256
@@ -43,13 +49,27 @@ static inline void store_row(void *dst, const float *src, int64_t n, int dtype) 
     }
 }
 
+// row holds a sequence's unnormalized output over its own keys (running max m, sum l); normalize it, first
+// merging in `shared` (the normalized output over its group's shared keys, log-sum-exp *shared_lse) if given.
+static inline void finish_row(float *row, int64_t D, float m, float l, const float *shared, const float *shared_lse) {
+    if (!shared) {
+        const float inv = 1.0f / l;
+        for (int64_t d = 0; d < D; d++) row[d] *= inv;
+        return;
+    }
+    const float top = m > *shared_lse ? m : *shared_lse;
+    const float w_own = expf(m - top), w_shared = expf(*shared_lse - top);
+    const float inv = 1.0f / (l * w_own + w_shared);
+    for (int64_t d = 0; d < D; d++) row[d] = (row[d] * w_own + shared[d] * w_shared) * inv;
+}
+
 #define CHUNK 64
 
 // One sequence, one kv head: its G query heads attend to `len` keys spread over `pages`. Keys are scored a chunk
 // at a time so the softmax rescale and the exponentials run once per chunk, over contiguous scores.
 static void attend_one(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
-                       int64_t len, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale,
-                       int dtype, size_t esize) {
+                       int64_t begin, int64_t len, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
     float qf[MAX_GROUP][MAX_DIM], acc[MAX_GROUP][MAX_DIM], row[MAX_DIM];
     float s[MAX_GROUP][CHUNK], m[MAX_GROUP], l[MAX_GROUP];
     int64_t slots[CHUNK];
@@ -61,7 +81,7 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
         l[g] = 0.0f;
     }
     const size_t slot_stride = (size_t)(Hkv * D) * esize;
-    for (int64_t t0 = 0; t0 < len; t0 += CHUNK) {
+    for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
             const int64_t t = t0 + j;
@@ -99,8 +119,7 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
         }
     }
     for (int64_t g = 0; g < G; g++) {
-        const float inv = 1.0f / l[g];
-        for (int64_t d = 0; d < D; d++) acc[g][d] *= inv;
+        finish_row(acc[g], D, m[g], l[g], shared ? shared + g * D : NULL, shared ? shared_lse + g : NULL);
         store_row((char *)out + (size_t)(g * D) * esize, acc[g], D, dtype);
     }
 }
@@ -175,8 +194,9 @@ static inline __attribute__((always_inline)) void scores_bf16(
 // pool stores a slot's heads side by side), which DRAM serves far better than one head's slice per pass.
 // Dot products reduce with a shuffle tree, exponentials run 16 at a time; inlined per NV so loops unroll.
 static inline __attribute__((always_inline)) void attend_avx512(
-    const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages, int64_t len,
-    int64_t H, int64_t G, int64_t Hkv, int64_t page_size, float scale, int dtype, size_t esize, const int NV) {
+    const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages, int64_t begin,
+    int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t page_size, float scale, int dtype, size_t esize,
+    const float *shared, const float *shared_lse, const int NV) {
     const int64_t QH = H * G;
     __m512 qv[MAX_QHEADS][MAX_DIM / 16], acc[MAX_QHEADS][MAX_DIM / 16];
     float s[MAX_QHEADS][CHUNK] __attribute__((aligned(64))), m[MAX_QHEADS], l[MAX_QHEADS];
@@ -192,7 +212,7 @@ static inline __attribute__((always_inline)) void attend_avx512(
     }
     const size_t slot_stride = (size_t)(Hkv * NV * 16) * esize, head_bytes = (size_t)(NV * 16) * esize;
     const size_t run_bytes = (size_t)H * head_bytes;
-    for (int64_t t0 = 0; t0 < len; t0 += CHUNK) {
+    for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
             const int64_t t = t0 + j;
@@ -259,40 +279,76 @@ static inline __attribute__((always_inline)) void attend_avx512(
     }
     float row[MAX_DIM] __attribute__((aligned(64)));
     for (int64_t qh = 0; qh < QH; qh++) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[qh]);
-        for (int i = 0; i < NV; i++) _mm512_store_ps(&row[i * 16], _mm512_mul_ps(acc[qh][i], inv));
+        for (int i = 0; i < NV; i++) _mm512_store_ps(&row[i * 16], acc[qh][i]);
+        finish_row(row, NV * 16, m[qh], l[qh], shared ? shared + qh * NV * 16 : NULL, shared ? shared_lse + qh : NULL);
         store_row((char *)out + (size_t)(qh * NV * 16) * esize, row, NV * 16, dtype);
     }
 }
 
 // The vector path for D in {64, 128} (the common head sizes); returns 0 when it does not apply.
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
-                       int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale,
-                       int dtype, size_t esize) {
+                       int64_t begin, int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
     if (H * G > MAX_QHEADS) return 0;
     if (D == 64)
-        attend_avx512(q, k_cache, v_cache, out, pages, len, H, G, Hkv, page_size, scale, dtype, esize, 4);
+        attend_avx512(q, k_cache, v_cache, out, pages, begin, len, H, G, Hkv, page_size, scale, dtype, esize, shared,
+                      shared_lse, 4);
     else if (D == 128)
-        attend_avx512(q, k_cache, v_cache, out, pages, len, H, G, Hkv, page_size, scale, dtype, esize, 8);
+        attend_avx512(q, k_cache, v_cache, out, pages, begin, len, H, G, Hkv, page_size, scale, dtype, esize, shared,
+                      shared_lse, 8);
     else
         return 0;
     return 1;
 }
 #else
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
-                       int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size, float scale,
-                       int dtype, size_t esize) {
+                       int64_t begin, int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
     return 0;
 }
 #endif
 
-// Returns 0 on success, 1 when G or D exceed the compiled limits (the caller falls back to torch).
+// The shared-prefix part of every group (normalized outputs and log-sum-exps, fp32) into *shared, *shared_lse,
+// and each row's first own key into begin; 0 when done, else nonzero (nothing allocated is kept).
+static int attend_groups(const void *q, const void *k_cache, const void *v_cache, const int64_t *pages,
+                         int64_t B, int64_t max_pages, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size,
+                         float scale, int num_threads, const int64_t *rows, const int64_t *offsets,
+                         const int64_t *shared_pages, int64_t n_groups, float **shared, float **shared_lse,
+                         int64_t *begin) {
+    *shared = malloc((size_t)(B * Hq * D) * sizeof(float));
+    *shared_lse = malloc((size_t)(B * Hq) * sizeof(float));
+    int status = *shared && *shared_lse ? attend_prefix_groups(q, k_cache, v_cache, pages, max_pages, rows, offsets,
+                                                                 shared_pages, n_groups, Hq, Hkv, D, page_size,
+                                                                 scale, *shared, *shared_lse, num_threads)
+                                          : 2;
+    if (status != 0) {
+        free(*shared);
+        free(*shared_lse);
+        *shared = *shared_lse = NULL;
+        return status;
+    }
+    for (int64_t g = 0; g < n_groups; g++)
+        for (int64_t i = offsets[g]; i < offsets[g + 1]; i++) begin[rows[i]] = shared_pages[g] * page_size;
+    return 0;
+}
+
+// Returns 0 on success, 1 when G or D exceed the compiled limits (the caller falls back to torch). Groups
+// (rows, offsets, shared_pages, n_groups; see prefix_attention.h) are optional: bf16 with AMX attends their shared
+// pages once per group, anything else ignores them (same result, every row reads all its pages).
 int paged_decode_attention(const void *q, const void *k_cache, const void *v_cache, void *out,
                            const int64_t *pages, const int64_t *lens, int64_t B, int64_t max_pages, int64_t Hq,
-                           int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype, int num_threads) {
+                           int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype, int num_threads,
+                           const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
+                           int64_t n_groups) {
     const int64_t G = Hq / Hkv;
     if (G > MAX_GROUP || D > MAX_DIM) return 1;
     const size_t esize = dtype == 0 ? 4 : 2;
+    int64_t *begin = calloc((size_t)B, sizeof(int64_t));
+    if (!begin) return 2;
+    float *shared = NULL, *shared_lse = NULL;
+    if (n_groups > 0 && dtype == 1)
+        attend_groups(q, k_cache, v_cache, pages, B, max_pages, Hq, Hkv, D, page_size, scale, num_threads, rows,
+                      offsets, shared_pages, n_groups, &shared, &shared_lse, begin);
     // Whole sequences (all heads, contiguous reads) per work item when there are enough sequences to keep every
     // thread busy; one kv head per item otherwise (a batch of one still uses every thread).
     int64_t per_item = B >= 2 * (int64_t)num_threads ? MAX_QHEADS / G : 1;
@@ -307,14 +363,21 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
         const char *kh = (const char *)k_cache + (size_t)(h0 * D) * esize;
         const char *vh = (const char *)v_cache + (size_t)(h0 * D) * esize;
         const int64_t *pb = pages + b * max_pages;
-        if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, lens[b], H, G, Hkv, D, page_size,
-                        scale, dtype, esize))
+        const int merge = begin[b] > 0;
+        const float *sh = merge ? shared + (b * Hq + h0 * G) * D : NULL;
+        const float *sh_lse = merge ? shared_lse + b * Hq + h0 * G : NULL;
+        if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, begin[b], lens[b], H, G, Hkv, D,
+                        page_size, scale, dtype, esize, sh, sh_lse))
             continue;
         for (int64_t h = 0; h < H; h++) {
             const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * esize;
-            attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, lens[b],
-                       G, Hkv, D, page_size, scale, dtype, esize);
+            attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, begin[b],
+                       lens[b], G, Hkv, D, page_size, scale, dtype, esize, merge ? sh + h * G * D : NULL,
+                       merge ? sh_lse + h * G : NULL);
         }
     }
+    free(begin);
+    free(shared);
+    free(shared_lse);
     return 0;
 }
