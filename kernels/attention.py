@@ -169,6 +169,7 @@ def _move(obj, device: torch.device):
 
 
 DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "AttentionMetadata", float], torch.Tensor]
+ExtendFn = Callable[..., None]  # the signature of `extend_attention`
 
 
 def store_kv(
@@ -196,11 +197,12 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
     decode: DecodeFn | None = None,
+    extend: ExtendFn | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
-    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` replaces `decode_attention` for the decode rows
-    (the CPU backend passes its C kernel).
+    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` and `extend` replace `decode_attention` and
+    `extend_attention` (the CPU backend passes its C kernels).
     """
     decode_fn = decode or decode_attention
     if not meta.extends and meta.decode_rows is not None and meta.decode_rows.numel() == q.shape[0]:
@@ -209,7 +211,7 @@ def paged_attention(
     if meta.decode_rows is not None:
         qd = q.index_select(0, meta.decode_rows)
         out.index_copy_(0, meta.decode_rows, decode_fn(qd, k_cache, v_cache, meta, scale))
-    extend_attention(q, k, v, k_cache, v_cache, meta, scale, out)
+    (extend or extend_attention)(q, k, v, k_cache, v_cache, meta, scale, out)
     return out
 
 

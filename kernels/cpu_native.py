@@ -25,6 +25,7 @@ import torch
 
 from sprig.kernels.attention import AttentionMetadata, DecodeSplit
 from sprig.kernels.attention import decode_attention as torch_decode_attention
+from sprig.kernels.attention import extend_attention as torch_extend_attention
 from sprig.kernels.attention import paged_attention as torch_paged_attention
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ SIGNATURES: dict[str, list] = {
     "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int],
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
+    "extend_attention_amx": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
     "amx_gemm_available": [],
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
 }
@@ -160,9 +162,49 @@ def decode_attention(
     return torch_decode_attention(qd, k_cache, v_cache, meta, scale)
 
 
+def extend_attention_amx(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+    out: torch.Tensor, lib: ctypes.CDLL | None = None,
+) -> bool:
+    """Prefill / extend attention of `meta.extends` on AMX tiles, written into `out`; False (nothing written)
+    where the kernel cannot take it: not bf16, no AMX (or SPRIG_AMX=0), head size not 64 or 128.
+
+    q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous.
+    """
+    from sprig.kernels.cpu_gemm import amx_enabled
+
+    lib = lib or native_kernels()
+    if (lib is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype or not amx_enabled()
+            or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
+            or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
+        return False
+    seqs = meta.extends
+    width = max(len(s.pages) for s in seqs)
+    pages = torch.zeros(len(seqs), width, dtype=torch.int64)
+    for i, s in enumerate(seqs):
+        pages[i, : len(s.pages)] = s.pages
+    layout = torch.tensor([[s.token_start, s.extend_len, s.prefix_len] for s in seqs]).t().contiguous()
+    _, hq, d = q.shape
+    status = lib.extend_attention_amx(
+        q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(), width,
+        layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), len(seqs), hq, k_cache.shape[1], d,
+        meta.page_size, scale, torch.get_num_threads())
+    return status == 0
+
+
+def extend_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    meta: AttentionMetadata, scale: float, out: torch.Tensor,
+) -> None:
+    """`attention.extend_attention` on AMX tiles where `extend_attention_amx` can, else the torch reference."""
+    if meta.extends and not extend_attention_amx(q, k_cache, v_cache, meta, scale, out):
+        torch_extend_attention(q, k, v, k_cache, v_cache, meta, scale, out)
+
+
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     meta: AttentionMetadata, scale: float,
 ) -> torch.Tensor:
-    """`attention.paged_attention` with decode rows attended by the C kernel (extends stay in torch)."""
-    return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention)
+    """`attention.paged_attention` with decode rows attended by the C kernel and extends on AMX where it can."""
+    return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention,
+                                 extend=extend_attention)

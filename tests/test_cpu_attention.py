@@ -185,3 +185,48 @@ def test_groups_are_ignored_where_the_kernel_has_no_group_path(vector_lib):
     out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125,
                                  lib=vector_lib, split=meta.decode_split)
     torch.testing.assert_close(out, _reference(q, k_cache, v_cache, meta, 0.125), atol=2e-5, rtol=2e-5)
+
+
+def _extend_case(seed: int, hq: int, hkv: int, d: int, page_size: int):
+    """Prefills and extends after cached prefixes (lengths across 16/32-key tiles and 128-key chunks) with two
+    decode rows, in one flat bf16 batch whose new keys and values are already in the pool."""
+    g = torch.Generator().manual_seed(seed)
+    k_cache = torch.randn(900 * page_size, hkv, d, generator=g).to(torch.bfloat16)
+    v_cache = torch.randn(900 * page_size, hkv, d, generator=g).to(torch.bfloat16)
+    ext, pre = [2, 1, 37, 300, 5, 1, 129], [0, 50, 0, 33, 700, 90, 128]
+    free = (torch.randperm(899, generator=g) + 1).tolist()
+    tables = [torch.tensor([free.pop() for _ in range(-(-(e + p) // page_size))]) for e, p in zip(ext, pre, strict=True)]
+    meta = ref.AttentionMetadata.build(page_size, ext, pre, tables)
+    qkv = torch.randn(sum(ext), hq + 2 * hkv, d, generator=g).to(torch.bfloat16)
+    q, k, v = qkv.split([hq, hkv, hkv], 1)  # row-strided views, as the model passes them
+    slots = torch.tensor([int(t[i // page_size]) * page_size + i % page_size
+                          for e, p, t in zip(ext, pre, tables, strict=True) for i in range(p, p + e)])
+    k_cache.index_copy_(0, slots, k)
+    v_cache.index_copy_(0, slots, v)
+    return q, k, v, k_cache, v_cache, meta
+
+
+@needs_amx
+@pytest.mark.parametrize(("hq", "hkv", "d"), GQA)
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_prefill_and_extend_on_amx_match_the_reference(hq, hkv, d, page_size):
+    q, k, v, k_cache, v_cache, meta = _extend_case(9, hq, hkv, d, page_size)
+    scale = d**-0.5
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    assert cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, scale, out)
+    want = ref.paged_attention(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, scale)
+    rows = torch.cat([torch.arange(s.token_start, s.token_start + s.extend_len) for s in meta.extends])
+    torch.testing.assert_close(out[rows].float(), want[rows], atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
+    got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, scale)  # decode rows in C too
+    torch.testing.assert_close(got.float(), want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
+
+
+def test_extends_stay_in_torch_without_amx_or_in_fp32(monkeypatch):
+    q, k, v, k_cache, v_cache, meta = _extend_case(10, 8, 2, 64, 16)
+    out = torch.empty(q.shape, dtype=q.dtype)
+    assert not cpu_native.extend_attention_amx(q.float(), k_cache.float(), v_cache.float(), meta, 0.125, out.float())
+    monkeypatch.setenv("SPRIG_AMX", "0")
+    assert not cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, 0.125, out)
+    want = ref.paged_attention(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, 0.125)
+    got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(got.float(), want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])

@@ -8,7 +8,7 @@
 // lens [B] int64 (keys per sequence, >= 1); out [B, Hq, D]. Hq = G * Hkv (GQA). dtype: 0 fp32, 1 bf16, 2 fp16.
 //
 // Rows that share leading pages through the radix tree may come in groups: their shared keys are attended once
-// per group as matrix products (prefix_attention.c), each row then walks only its own pages and merges the two
+// per group as matrix products (amx_attention.c), each row then walks only its own pages and merges the two
 // parts by log-sum-exp.
 #include <math.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "bf16.h"
-#include "prefix_attention.h"
+#include "amx_attention.h"
 
 #define MAX_GROUP 32
 #define MAX_DIM 256
@@ -333,7 +333,7 @@ static int attend_groups(const void *q, const void *k_cache, const void *v_cache
 }
 
 // Returns 0 on success, 1 when G or D exceed the compiled limits (the caller falls back to torch). Groups
-// (rows, offsets, shared_pages, n_groups; see prefix_attention.h) are optional: bf16 with AMX attends their shared
+// (rows, offsets, shared_pages, n_groups; see amx_attention.h) are optional: bf16 with AMX attends their shared
 // pages once per group, anything else ignores them (same result, every row reads all its pages).
 int paged_decode_attention(const void *q, const void *k_cache, const void *v_cache, void *out,
                            const int64_t *pages, const int64_t *lens, int64_t B, int64_t max_pages, int64_t Hq,

@@ -9,7 +9,7 @@
 // Per (group, kv head): the shared keys are packed once as B tiles of K^T (VNNI: row r of a tile holds the dim
 // pair (2r, 2r+1) of 16 keys), the values as B tiles of V (row r: key pair (2r, 2r+1) of 16 dims); then each
 // block of 16 queries runs an online softmax over chunks of KEY_CHUNK keys, with S and P V on tiles.
-#include "prefix_attention.h"
+#include "amx_attention.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -137,31 +137,36 @@ static inline void chunk_values(const uint16_t *p, const uint32_t *vp, int64_t t
     }
 }
 
-// One block of 16 queries (rows of qb; only the first `valid` are written) over the n packed shared keys.
-static void attend_block(const uint16_t *qb, const uint32_t *kp, const uint32_t *vp, int64_t n, int64_t n_pad,
+// One block of 16 queries (bf16 rows of qb) over the packed keys: row i sees keys [0, lim[i]) (lim[i] >= 1).
+// Leaves each row's unnormalized output in acc, its running maximum in m and its sum of exponentials in l.
+static void attend_block(const uint16_t *qb, const uint32_t *kp, const uint32_t *vp, const int64_t lim[16],
                          int64_t D, float scale, float acc[16][MAX_D], float *m, float *l) {
     float s[16 * KEY_CHUNK] __attribute__((aligned(64))), o[16 * MAX_D] __attribute__((aligned(64)));
     uint16_t p[16 * KEY_CHUNK] __attribute__((aligned(64)));
     const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    int64_t most = 0;
     for (int i = 0; i < 16; i++) {
+        most = lim[i] > most ? lim[i] : most;
         m[i] = -INFINITY;
         l[i] = 0.0f;
         for (int64_t d = 0; d < D; d += 16) _mm512_store_ps(&acc[i][d], _mm512_setzero_ps());
     }
-    for (int64_t t0 = 0; t0 < n_pad; t0 += KEY_CHUNK) {
-        const int64_t nc = n_pad - t0 < KEY_CHUNK ? n_pad - t0 : KEY_CHUNK;
+    const int64_t end = (most + 31) / 32 * 32;  // keys past every row's limit are never scored
+    for (int64_t t0 = 0; t0 < end; t0 += KEY_CHUNK) {
+        const int64_t nc = end - t0 < KEY_CHUNK ? end - t0 : KEY_CHUNK;
         chunk_scores(qb, kp, t0, nc, D, s);
         float c[16];
         for (int i = 0; i < 16; i++) {
             float *si = s + i * KEY_CHUNK;
+            const int64_t n = lim[i];
             __m512 mx = _mm512_set1_ps(m[i]);
             for (int64_t j = 0; j < nc; j += 16) {
                 const __mmask16 live = t0 + j + 16 <= n ? 0xFFFF : t0 + j >= n ? 0 : (__mmask16)((1u << (n - t0 - j)) - 1);
-                const __m512 x = _mm512_mask_mul_ps(ninf, live, _mm512_load_ps(si + j), sc);  // padding keys: -inf
+                const __m512 x = _mm512_mask_mul_ps(ninf, live, _mm512_load_ps(si + j), sc);  // unseen keys: -inf
                 _mm512_store_ps(si + j, x);
                 mx = _mm512_max_ps(mx, x);
             }
-            const float new_m = _mm512_reduce_max_ps(mx);
+            const float new_m = _mm512_reduce_max_ps(mx);  // finite: key 0 is in every row's first chunk
             const __m512 nm = _mm512_set1_ps(new_m);
             __m512 sum = _mm512_setzero_ps();
             for (int64_t j = 0; j < nc; j += 16) {
@@ -182,6 +187,11 @@ static void attend_block(const uint16_t *qb, const uint32_t *kp, const uint32_t 
     }
 }
 
+// The slots of keys [0, n) of a sequence whose page table is `table`.
+static inline void key_slots(int64_t *slots, const int64_t *table, int64_t n, int64_t page_size) {
+    for (int64_t t = 0; t < n; t++) slots[t] = table[t / page_size] * page_size + t % page_size;
+}
+
 // One group and one kv head: all the group's query heads of that kv head against its shared keys.
 static void attend_group_head(const uint16_t *q, const char *k_head, const char *v_head, const int64_t *slots,
                               int64_t n, const int64_t *rows, int64_t n_rows, int64_t h, int64_t G, int64_t Hq,
@@ -193,6 +203,8 @@ static void attend_group_head(const uint16_t *q, const char *k_head, const char 
     const int64_t M = n_rows * G;
     uint16_t qb[16 * MAX_D] __attribute__((aligned(64)));
     float acc[16][MAX_D] __attribute__((aligned(64))), m[16], l[16];
+    int64_t lim[16];
+    for (int i = 0; i < 16; i++) lim[i] = n;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
         const int64_t valid = M - m0 < 16 ? M - m0 : 16;
         for (int64_t i = 0; i < 16; i++) {  // query i of the block: row rows[(m0 + i) / G], head h * G + (m0 + i) % G
@@ -203,13 +215,53 @@ static void attend_group_head(const uint16_t *q, const char *k_head, const char 
                 memset(qb + i * D, 0, (size_t)D * 2);
             }
         }
-        attend_block(qb, kp, vp, n, n_pad, D, scale, acc, m, l);
+        attend_block(qb, kp, vp, lim, D, scale, acc, m, l);
         for (int64_t i = 0; i < valid; i++) {
             const int64_t b = rows[(m0 + i) / G], qh = h * G + (m0 + i) % G;
             const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
             for (int64_t d = 0; d < D; d += 16)
                 _mm512_storeu_ps(out + (b * Hq + qh) * D + d, _mm512_mul_ps(_mm512_load_ps(&acc[i][d]), inv));
             lse[b * Hq + qh] = m[i] + logf(l[i]);
+        }
+    }
+}
+
+#define QUERIES_PER_ITEM 128  // queries of one sequence and kv head per work item (items balance the threads)
+
+// Queries [m0, m1) of one extending sequence and one kv head; query m is new token m / G, head h * G + m % G.
+static void extend_item(const uint16_t *q, int64_t q_stride, const char *k_head, const char *v_head, uint16_t *out,
+                        const int64_t *table, int64_t start, int64_t prefix, int64_t m0, int64_t m1, int64_t h,
+                        int64_t G, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale, int64_t *slots,
+                        uint32_t *kp, uint32_t *vp) {
+    const int64_t n = prefix + (m1 - 1) / G + 1;  // keys the item's last query sees
+    const int64_t n_pad = (n + 31) / 32 * 32;
+    const size_t slot_stride = (size_t)(Hkv * D) * 2;
+    key_slots(slots, table, n, page_size);
+    pack_keys(kp, k_head, slots, n, n_pad, D, slot_stride);
+    pack_values(vp, v_head, slots, n, n_pad, D, slot_stride);
+    uint16_t qb[16 * MAX_D] __attribute__((aligned(64)));
+    float acc[16][MAX_D] __attribute__((aligned(64))), m[16], l[16];
+    int64_t lim[16];
+    for (int64_t b0 = m0; b0 < m1; b0 += 16) {
+        const int64_t valid = m1 - b0 < 16 ? m1 - b0 : 16;
+        for (int64_t i = 0; i < 16; i++) {
+            if (i < valid) {
+                const int64_t tok = (b0 + i) / G, qh = h * G + (b0 + i) % G;
+                memcpy(qb + i * D, q + (start + tok) * q_stride + qh * D, (size_t)D * 2);
+                lim[i] = prefix + tok + 1;
+            } else {
+                memset(qb + i * D, 0, (size_t)D * 2);
+                lim[i] = 1;
+            }
+        }
+        attend_block(qb, kp, vp, lim, D, scale, acc, m, l);
+        for (int64_t i = 0; i < valid; i++) {
+            const int64_t tok = (b0 + i) / G, qh = h * G + (b0 + i) % G;
+            const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
+            uint16_t *dst = out + (start + tok) * Hq * D + qh * D;
+            for (int64_t d = 0; d < D; d += 16)
+                _mm256_storeu_si256((__m256i *)(dst + d),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(&acc[i][d]), inv)));
         }
     }
 }
@@ -243,7 +295,7 @@ int attend_prefix_groups(const uint16_t *q, const uint16_t *k_cache, const uint1
             const int64_t g = item / Hkv, h = item % Hkv;
             const int64_t *grp = rows + offsets[g], n_rows = offsets[g + 1] - offsets[g];
             const int64_t *table = pages + grp[0] * max_pages, n = shared_pages[g] * page_size;
-            for (int64_t t = 0; t < n; t++) slots[t] = table[t / page_size] * page_size + t % page_size;
+            key_slots(slots, table, n, page_size);
             attend_group_head(q, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2, slots, n,
                               grp, n_rows, h, G, Hq, D, slot_stride, scale, kp, vp, out, lse);
         }
@@ -257,6 +309,61 @@ int attend_prefix_groups(const uint16_t *q, const uint16_t *k_cache, const uint1
     (void)q, (void)k_cache, (void)v_cache, (void)pages, (void)max_pages, (void)rows, (void)offsets;
     (void)shared_pages, (void)n_groups, (void)Hq, (void)Hkv, (void)D, (void)page_size, (void)scale, (void)out;
     (void)lse, (void)num_threads;
+    return 1;
+#endif
+}
+
+int extend_attention_amx(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
+                         uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
+                         const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
+                         int64_t D, int64_t page_size, float scale, int num_threads) {
+#ifdef SPRIG_AMX
+    if ((D != 64 && D != 128) || amx_gemm_available() != 0) return 1;
+    if (n_seqs <= 0) return 0;
+    const int64_t G = Hq / Hkv;
+    int64_t *first_item = malloc((size_t)(n_seqs + 1) * sizeof(int64_t));  // items of sequence s: [first, next)
+    if (!first_item) return 2;
+    int64_t most = 0;
+    first_item[0] = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        const int64_t keys = prefix_lens[s] + ext_lens[s];
+        most = keys > most ? keys : most;
+        first_item[s + 1] = first_item[s] + Hkv * ((ext_lens[s] * G + QUERIES_PER_ITEM - 1) / QUERIES_PER_ITEM);
+    }
+    const size_t buf_bytes = (size_t)((most + 31) / 32 * 32) * (size_t)D * 2;
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads)
+    {
+        uint32_t *kp = aligned_alloc(64, buf_bytes), *vp = aligned_alloc(64, buf_bytes);
+        int64_t *slots = malloc((size_t)most * sizeof(int64_t));
+        if (!kp || !vp || !slots) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        amx_load_config();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < first_item[n_seqs]; item++) {
+            if (!kp || !vp || !slots) continue;
+            int64_t s = 0;
+            while (first_item[s + 1] <= item) s++;
+            const int64_t per_head = (first_item[s + 1] - first_item[s]) / Hkv, k = item - first_item[s];
+            const int64_t h = k / per_head, m0 = (k % per_head) * QUERIES_PER_ITEM;
+            const int64_t m1 = m0 + QUERIES_PER_ITEM < ext_lens[s] * G ? m0 + QUERIES_PER_ITEM : ext_lens[s] * G;
+            extend_item(q, q_stride, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2, out,
+                        pages + s * max_pages, starts[s], prefix_lens[s], m0, m1, h, G, Hq, Hkv, D, page_size, scale,
+                        slots, kp, vp);
+        }
+        _tile_release();
+        free(kp);
+        free(vp);
+        free(slots);
+    }
+    free(first_item);
+    return failed ? 2 : 0;
+#else
+    (void)q, (void)q_stride, (void)k_cache, (void)v_cache, (void)out, (void)pages, (void)max_pages, (void)starts;
+    (void)ext_lens, (void)prefix_lens, (void)n_seqs, (void)Hq, (void)Hkv, (void)D, (void)page_size, (void)scale;
+    (void)num_threads;
     return 1;
 #endif
 }
