@@ -230,3 +230,15 @@ def test_extends_stay_in_torch_without_amx_or_in_fp32(monkeypatch):
     want = ref.paged_attention(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, 0.125)
     got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(got.float(), want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
+
+
+def test_the_kernels_leave_the_callers_denormals_alone(vector_lib):
+    """The kernels flush denormals to zero inside their own threads (an exp of a masked score is one) and restore
+    the floating-point mode before returning: the caller's arithmetic still produces denormals."""
+    q, k_cache, v_cache, meta = _decode_case(11, torch.bfloat16, [30, 200], 8, 2, 64, 16)
+    paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125, lib=vector_lib)
+    if amx_available():
+        q, k, v, k_cache, v_cache, meta = _extend_case(12, 8, 2, 64, 16)
+        assert cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, 0.125, torch.empty(q.shape, dtype=q.dtype))
+    tiny = torch.tensor([1e-30], dtype=torch.float32) * torch.tensor([1e-10], dtype=torch.float32)
+    assert tiny.item() > 0.0  # 1e-40 is denormal: with flush-to-zero left on it would be 0

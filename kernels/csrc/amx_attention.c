@@ -19,7 +19,7 @@
 #ifdef SPRIG_AMX
 #include "vec_exp.h"
 
-#define KEY_CHUNK 128  // keys per softmax update (a multiple of 32)
+#define KEY_CHUNK 256  // keys per softmax update (a multiple of 32)
 #define MAX_D 128
 
 // Transpose 16 rows of 16 dwords in place (unpack within 128-bit lanes, then a 4 x 4 transpose of lanes).
@@ -92,20 +92,30 @@ static inline void chunk_scores(const uint16_t *qb, const uint32_t *kp, int64_t 
         _tile_loadd(6, qb + 64, D * 2);
         _tile_loadd(7, qb + 96, D * 2);
     }
-    for (int64_t kb = 0; kb < nc / 16; kb++) {
-        const uint32_t *k = kp + (t0 / 16 + kb) * DC * 256;
+    for (int64_t kb = 0; kb < nc / 16; kb += 2) {  // two C tiles in flight: each product waits on the last
+        const uint32_t *k = kp + (t0 / 16 + kb) * DC * 256, *k2 = k + DC * 256;
         _tile_zero(0);
+        _tile_zero(3);
         _tile_loadd(1, k, 64);
         _tile_dpbf16ps(0, 4, 1);
-        _tile_loadd(2, k + 256, 64);
-        _tile_dpbf16ps(0, 5, 2);
+        _tile_loadd(2, k2, 64);
+        _tile_dpbf16ps(3, 4, 2);
+        _tile_loadd(1, k + 256, 64);
+        _tile_dpbf16ps(0, 5, 1);
+        _tile_loadd(2, k2 + 256, 64);
+        _tile_dpbf16ps(3, 5, 2);
         if (DC == 4) {
             _tile_loadd(1, k + 512, 64);
             _tile_dpbf16ps(0, 6, 1);
-            _tile_loadd(2, k + 768, 64);
-            _tile_dpbf16ps(0, 7, 2);
+            _tile_loadd(2, k2 + 512, 64);
+            _tile_dpbf16ps(3, 6, 2);
+            _tile_loadd(1, k + 768, 64);
+            _tile_dpbf16ps(0, 7, 1);
+            _tile_loadd(2, k2 + 768, 64);
+            _tile_dpbf16ps(3, 7, 2);
         }
         _tile_stored(0, s + kb * 16, KEY_CHUNK * 4);
+        _tile_stored(3, s + kb * 16 + 16, KEY_CHUNK * 4);
     }
 }
 
@@ -289,6 +299,7 @@ int attend_prefix_groups(const uint16_t *q, const uint16_t *k_cache, const uint1
             failed = 1;
         }
         amx_load_config();
+        const unsigned int csr = flush_denormals();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_groups * Hkv; item++) {
             if (!kp || !vp || !slots) continue;
@@ -300,6 +311,7 @@ int attend_prefix_groups(const uint16_t *q, const uint16_t *k_cache, const uint1
                               grp, n_rows, h, G, Hq, D, slot_stride, scale, kp, vp, out, lse);
         }
         _tile_release();
+        _mm_setcsr(csr);
         free(kp);
         free(vp);
         free(slots);
@@ -341,6 +353,7 @@ int extend_attention_amx(const uint16_t *q, int64_t q_stride, const uint16_t *k_
             failed = 1;
         }
         amx_load_config();
+        const unsigned int csr = flush_denormals();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < first_item[n_seqs]; item++) {
             if (!kp || !vp || !slots) continue;
@@ -354,6 +367,7 @@ int extend_attention_amx(const uint16_t *q, int64_t q_stride, const uint16_t *k_
                         slots, kp, vp);
         }
         _tile_release();
+        _mm_setcsr(csr);
         free(kp);
         free(vp);
         free(slots);

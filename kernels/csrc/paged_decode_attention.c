@@ -355,26 +355,35 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
     if (per_item > Hkv) per_item = Hkv;
     if (per_item < 1) per_item = 1;
     const int64_t blocks = (Hkv + per_item - 1) / per_item;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t item = 0; item < B * blocks; item++) {
-        const int64_t b = item / blocks, h0 = (item % blocks) * per_item;
-        const int64_t H = Hkv - h0 < per_item ? Hkv - h0 : per_item;
-        const size_t off = (size_t)((b * Hq + h0 * G) * D) * esize;
-        const char *kh = (const char *)k_cache + (size_t)(h0 * D) * esize;
-        const char *vh = (const char *)v_cache + (size_t)(h0 * D) * esize;
-        const int64_t *pb = pages + b * max_pages;
-        const int merge = begin[b] > 0;
-        const float *sh = merge ? shared + (b * Hq + h0 * G) * D : NULL;
-        const float *sh_lse = merge ? shared_lse + b * Hq + h0 * G : NULL;
-        if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, begin[b], lens[b], H, G, Hkv, D,
-                        page_size, scale, dtype, esize, sh, sh_lse))
-            continue;
-        for (int64_t h = 0; h < H; h++) {
-            const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * esize;
-            attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, begin[b],
-                       lens[b], G, Hkv, D, page_size, scale, dtype, esize, merge ? sh + h * G * D : NULL,
-                       merge ? sh_lse + h * G : NULL);
+#pragma omp parallel num_threads(num_threads)
+    {
+#ifdef __AVX512F__
+        const unsigned int csr = flush_denormals();
+#endif
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < B * blocks; item++) {
+            const int64_t b = item / blocks, h0 = (item % blocks) * per_item;
+            const int64_t H = Hkv - h0 < per_item ? Hkv - h0 : per_item;
+            const size_t off = (size_t)((b * Hq + h0 * G) * D) * esize;
+            const char *kh = (const char *)k_cache + (size_t)(h0 * D) * esize;
+            const char *vh = (const char *)v_cache + (size_t)(h0 * D) * esize;
+            const int64_t *pb = pages + b * max_pages;
+            const int merge = begin[b] > 0;
+            const float *sh = merge ? shared + (b * Hq + h0 * G) * D : NULL;
+            const float *sh_lse = merge ? shared_lse + b * Hq + h0 * G : NULL;
+            if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, begin[b], lens[b], H, G, Hkv, D,
+                            page_size, scale, dtype, esize, sh, sh_lse))
+                continue;
+            for (int64_t h = 0; h < H; h++) {
+                const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * esize;
+                attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, begin[b],
+                           lens[b], G, Hkv, D, page_size, scale, dtype, esize, merge ? sh + h * G * D : NULL,
+                           merge ? sh_lse + h * G : NULL);
+            }
         }
+#ifdef __AVX512F__
+        _mm_setcsr(csr);
+#endif
     }
     free(begin);
     free(shared);

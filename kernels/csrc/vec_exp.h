@@ -21,4 +21,12 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
+// e^x of masked (-inf) and far-below-maximum scores is denormal, and every arithmetic op on a denormal takes a
+// microcode assist (~100 cycles): kernels flush them to zero (FTZ, DAZ) in each of their threads, which makes
+// those exponentials exactly 0. Returns the MXCSR to restore.
+static inline unsigned int flush_denormals(void) {
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);
+    return csr;
+}
 #endif
