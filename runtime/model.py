@@ -196,7 +196,8 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
-        """Return float32 next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded)."""
+        """Return next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded), in the model's dtype:
+        the sampler copies them to float32 where it changes them, and a greedy batch reads them as they are."""
         x = self.embed_tokens(batch.input_ids) if not self.tp.enabled else self._embed_sharded(batch.input_ids)
         residual = None
         for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
@@ -205,7 +206,7 @@ class CausalLM(nn.Module):
         residual = residual.index_select(0, batch.logits_rows)
         x, _ = self.norm.add_and_norm(x, residual)
         logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
-        return self.tp.gather_vocab(logits, self.cfg.vocab_size).float()
+        return self.tp.gather_vocab(logits, self.cfg.vocab_size)
 
     def _embed_sharded(self, ids: torch.Tensor) -> torch.Tensor:
         """Vocab-parallel lookup: each rank embeds the ids in its slice, zeros elsewhere, and the sum is exact."""

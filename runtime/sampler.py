@@ -32,6 +32,7 @@ from itertools import chain
 import torch
 from torch import Tensor
 
+from sprig.kernels.cpu_argmax import argmax_rows
 from sprig.runtime.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
@@ -173,7 +174,7 @@ class Sampler:
             raise ValueError(f"logits must be [{batch.batch_size}, {batch.vocab_size}], got {list(logits.shape)}")
         plain = batch.logit_bias is None and batch.penalties is None and batch.banned is None
         if plain and allowed_mask is None and batch.sampled_rows.numel() == 0:
-            next_ids = logits.argmax(dim=-1)  # all greedy, nothing to change: no copy of the logits
+            next_ids = argmax_rows(logits)  # all greedy, nothing to change: no copy of the logits
         else:
             next_ids = self._process_and_pick(logits, batch, allowed_mask)
         out = SampleOutput(next_token_ids=next_ids)
@@ -193,7 +194,7 @@ class Sampler:
         rows = batch.sampled_rows
         if rows.numel() == batch.batch_size:
             return self._sample_rows(x, batch)  # x is already a private copy: no need to gather rows
-        next_ids = x.argmax(dim=-1)  # greedy rows; ties go to the lowest id
+        next_ids = argmax_rows(x)  # greedy rows; ties go to the lowest id
         if rows.numel() > 0:
             next_ids[rows] = self._sample_rows(x[rows], batch)
         return next_ids
@@ -212,7 +213,7 @@ class Sampler:
             apply_min_p(x, min_p)
         picked = rows.tolist()
         noise = self._exponentials(x.shape, [batch.seeds[i] for i in picked], [batch.steps[i] for i in picked])
-        return (x - noise.log()).argmax(dim=-1)
+        return argmax_rows(x - noise.log())
 
     def _exponentials(self, shape: torch.Size, seeds: list[int | None], steps: list[int]) -> Tensor:
         """Exp(1) noise [S, V]: one batched draw for unseeded rows, a private generator per seeded row."""
