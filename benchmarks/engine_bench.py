@@ -72,20 +72,23 @@ def bench_throughput(args: argparse.Namespace) -> dict:
     sprig_s, hf_s = [], []
     engine = make_engine(args.threads)
     run_engine(engine, work[:8])  # warm-up
-    for _ in range(args.runs):
-        engine.flush_cache()
-        elapsed, _ = run_engine(engine, work)
-        sprig_s.append(out_tokens / elapsed)
-        print(f"  sprig run: {out_tokens / elapsed:.1f} output tok/s", flush=True)
-    stats = engine.stats()
-    engine.shutdown()
     hf = AutoModelForCausalLM.from_pretrained(model_path(), dtype=torch.bfloat16).eval()
     hf_work = work[: args.hf_requests]  # static batches are independent: a subset gives the same tokens/s
     hf_tokens = sum(m for _, m in hf_work)
-    for _ in range(args.hf_runs):
-        elapsed = run_hf_static(hf, hf_work, 16)
-        hf_s.append(hf_tokens / elapsed)
-        print(f"  transformers run ({len(hf_work)} requests): {hf_tokens / elapsed:.1f} output tok/s", flush=True)
+    # Rounds alternate the two systems: this machine's speed drifts by up to 2x over minutes, and back-to-back
+    # blocks of runs would compare two different machines.
+    for r in range(max(args.runs, args.hf_runs)):
+        if r < args.runs:
+            engine.flush_cache()
+            elapsed, _ = run_engine(engine, work)
+            sprig_s.append(out_tokens / elapsed)
+            print(f"  sprig run: {out_tokens / elapsed:.1f} output tok/s", flush=True)
+        if r < args.hf_runs:
+            elapsed = run_hf_static(hf, hf_work, 16)
+            hf_s.append(hf_tokens / elapsed)
+            print(f"  transformers run ({len(hf_work)} requests): {hf_tokens / elapsed:.1f} output tok/s", flush=True)
+    stats = engine.stats()
+    engine.shutdown()
     res = {"requests": len(work), "output_tokens": out_tokens,
            "prompt_tokens": sum(len(p) for p, _ in work),
            "sprig_out_tok_s": statistics.median(sprig_s), "hf_out_tok_s": statistics.median(hf_s),
@@ -111,25 +114,28 @@ def bench_shared_prefix(args: argparse.Namespace) -> dict:
     best_cached = 16 * 15 * 512  # each group's first request must compute its prefix
     out_tokens = sum(m for _, m in work)
     res: dict[str, Any] = {"prompt_tokens": prompt_tokens, "best_possible_cached": best_cached}
-    for label, disable in (("cache_on", False), ("cache_off", True)):
-        engine = make_engine(args.threads, disable_radix_cache=disable)
+    engines = {"cache_on": make_engine(args.threads), "cache_off": make_engine(args.threads, disable_radix_cache=True)}
+    runs: dict[str, dict[str, list[float]]] = {label: {"rates": [], "hits": [], "computed": []} for label in engines}
+    for engine in engines.values():
         run_engine(engine, work[:2])
-        rates, hits, computed = [], [], []
-        for _ in range(args.runs):
+    for _ in range(args.runs):  # alternating, like (a): the machine's speed drifts
+        for label, engine in engines.items():
             engine.flush_cache()
             before = engine.stats()
             elapsed, results = run_engine(engine, work)
             after = engine.stats()
             cached = sum(r["meta_info"]["cached_tokens"] for r in results)
-            rates.append(out_tokens / elapsed)
-            hits.append(cached / best_cached)
             prefill = after["computed_tokens"] - before["computed_tokens"] - (out_tokens - len(work))
-            computed.append(prefill / prompt_tokens)
+            runs[label]["rates"].append(out_tokens / elapsed)
+            runs[label]["hits"].append(cached / best_cached)
+            runs[label]["computed"].append(prefill / prompt_tokens)
             print(f"  {label}: {out_tokens / elapsed:.1f} output tok/s, cached {cached}, "
                   f"prefill computed/prompt {prefill / prompt_tokens:.3f}", flush=True)
+    for label, engine in engines.items():
         engine.shutdown()
-        res[label] = {"out_tok_s": statistics.median(rates), "hit_vs_best": statistics.median(hits),
-                      "prefill_computed_over_prompt": statistics.median(computed), "runs": rates}
+        rates = runs[label]["rates"]
+        res[label] = {"out_tok_s": statistics.median(rates), "hit_vs_best": statistics.median(runs[label]["hits"]),
+                      "prefill_computed_over_prompt": statistics.median(runs[label]["computed"]), "runs": rates}
     res["throughput_ratio"] = res["cache_on"]["out_tok_s"] / res["cache_off"]["out_tok_s"]
     on = res["cache_on"]
     print(f"(b) prefill computed/prompt {on['prefill_computed_over_prompt']:.3f} (off: "
