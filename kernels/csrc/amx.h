@@ -16,15 +16,14 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
-// Tile configuration is per thread: call at the start of every parallel region that uses tiles.
+// Tile configuration is per thread: call at the start of every parallel region that uses tiles. The config lives
+// in static data: built on the stack, gcc may drop the stores to it, since it does not see LDTILECFG read them.
 static inline void amx_load_config(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
+    static const tile_config cfg = {
+        .palette_id = 1,
+        .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+        .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+    };
     _tile_loadconfig(&cfg);
 }
 #endif
