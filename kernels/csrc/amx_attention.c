@@ -197,19 +197,50 @@ static void attend_block(const uint16_t *qb, const uint32_t *kp, const uint32_t 
     }
 }
 
-// The slots of keys [0, n) of a sequence whose page table is `table`.
-static inline void key_slots(int64_t *slots, const int64_t *table, int64_t n, int64_t page_size) {
-    for (int64_t t = 0; t < n; t++) slots[t] = table[t / page_size] * page_size + t % page_size;
+// Per-thread buffers: packed keys and values (kp, vp) and the slots of the keys being packed.
+typedef struct {
+    uint32_t *kp, *vp;
+    int64_t *slots;
+} scratch;
+
+// Buffers for up to max_keys keys of head size D, tile config and denormal flush for this thread; returns the
+// MXCSR to restore with close_thread. s->kp is NULL when memory ran out.
+static unsigned int open_thread(scratch *s, int64_t max_keys, int64_t D) {
+    const size_t bytes = (size_t)((max_keys + 31) / 32 * 32) * (size_t)D * 2;
+    s->kp = aligned_alloc(64, bytes);
+    s->vp = aligned_alloc(64, bytes);
+    s->slots = malloc((size_t)(max_keys > 0 ? max_keys : 1) * sizeof(int64_t));
+    if (!s->kp || !s->vp || !s->slots) {
+        free(s->kp), free(s->vp), free(s->slots);
+        s->kp = NULL;
+    }
+    amx_load_config();
+    return flush_denormals();
+}
+
+static void close_thread(scratch *s, unsigned int csr) {
+    _tile_release();
+    _mm_setcsr(csr);
+    if (s->kp) free(s->kp), free(s->vp), free(s->slots);
+}
+
+// Keys and values [0, n) of one kv head (k_head, v_head: its first slot) of a sequence with page table `table`,
+// packed into s->kp, s->vp; returns n rounded up to the 32 keys a value tile holds.
+static int64_t pack_head(const scratch *s, const char *k_head, const char *v_head, const int64_t *table, int64_t n,
+                         int64_t page_size, int64_t D, size_t slot_stride) {
+    const int64_t n_pad = (n + 31) / 32 * 32;
+    for (int64_t t = 0; t < n; t++) s->slots[t] = table[t / page_size] * page_size + t % page_size;
+    pack_keys(s->kp, k_head, s->slots, n, n_pad, D, slot_stride);
+    pack_values(s->vp, v_head, s->slots, n, n_pad, D, slot_stride);
+    return n_pad;
 }
 
 // One group and one kv head: all the group's query heads of that kv head against its shared keys.
-static void attend_group_head(const uint16_t *q, const char *k_head, const char *v_head, const int64_t *slots,
-                              int64_t n, const int64_t *rows, int64_t n_rows, int64_t h, int64_t G, int64_t Hq,
-                              int64_t D, size_t slot_stride, float scale, uint32_t *kp, uint32_t *vp, float *out,
-                              float *lse) {
-    const int64_t n_pad = (n + 31) / 32 * 32;
-    pack_keys(kp, k_head, slots, n, n_pad, D, slot_stride);
-    pack_values(vp, v_head, slots, n, n_pad, D, slot_stride);
+static void attend_group_head(const scratch *sc, const uint16_t *q, const char *k_head, const char *v_head,
+                              const int64_t *table, int64_t n, const int64_t *rows, int64_t n_rows, int64_t h,
+                              int64_t G, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale,
+                              float *out, float *lse) {
+    pack_head(sc, k_head, v_head, table, n, page_size, D, (size_t)(Hkv * D) * 2);
     const int64_t M = n_rows * G;
     uint16_t qb[16 * MAX_D] __attribute__((aligned(64)));
     float acc[16][MAX_D] __attribute__((aligned(64))), m[16], l[16];
@@ -225,7 +256,7 @@ static void attend_group_head(const uint16_t *q, const char *k_head, const char 
                 memset(qb + i * D, 0, (size_t)D * 2);
             }
         }
-        attend_block(qb, kp, vp, lim, D, scale, acc, m, l);
+        attend_block(qb, sc->kp, sc->vp, lim, D, scale, acc, m, l);
         for (int64_t i = 0; i < valid; i++) {
             const int64_t b = rows[(m0 + i) / G], qh = h * G + (m0 + i) % G;
             const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
@@ -239,16 +270,12 @@ static void attend_group_head(const uint16_t *q, const char *k_head, const char 
 #define QUERIES_PER_ITEM 128  // queries of one sequence and kv head per work item (items balance the threads)
 
 // Queries [m0, m1) of one extending sequence and one kv head; query m is new token m / G, head h * G + m % G.
-static void extend_item(const uint16_t *q, int64_t q_stride, const char *k_head, const char *v_head, uint16_t *out,
-                        const int64_t *table, int64_t start, int64_t prefix, int64_t m0, int64_t m1, int64_t h,
-                        int64_t G, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale, int64_t *slots,
-                        uint32_t *kp, uint32_t *vp) {
+static void extend_item(const scratch *sc, const uint16_t *q, int64_t q_stride, const char *k_head,
+                        const char *v_head, uint16_t *out, const int64_t *table, int64_t start, int64_t prefix,
+                        int64_t m0, int64_t m1, int64_t h, int64_t G, int64_t Hq, int64_t Hkv, int64_t D,
+                        int64_t page_size, float scale) {
     const int64_t n = prefix + (m1 - 1) / G + 1;  // keys the item's last query sees
-    const int64_t n_pad = (n + 31) / 32 * 32;
-    const size_t slot_stride = (size_t)(Hkv * D) * 2;
-    key_slots(slots, table, n, page_size);
-    pack_keys(kp, k_head, slots, n, n_pad, D, slot_stride);
-    pack_values(vp, v_head, slots, n, n_pad, D, slot_stride);
+    pack_head(sc, k_head, v_head, table, n, page_size, D, (size_t)(Hkv * D) * 2);
     uint16_t qb[16 * MAX_D] __attribute__((aligned(64)));
     float acc[16][MAX_D] __attribute__((aligned(64))), m[16], l[16];
     int64_t lim[16];
@@ -264,7 +291,7 @@ static void extend_item(const uint16_t *q, int64_t q_stride, const char *k_head,
                 lim[i] = 1;
             }
         }
-        attend_block(qb, kp, vp, lim, D, scale, acc, m, l);
+        attend_block(qb, sc->kp, sc->vp, lim, D, scale, acc, m, l);
         for (int64_t i = 0; i < valid; i++) {
             const int64_t tok = (b0 + i) / G, qh = h * G + (b0 + i) % G;
             const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
@@ -284,37 +311,28 @@ int attend_prefix_groups(const uint16_t *q, const uint16_t *k_cache, const uint1
 #ifdef SPRIG_AMX
     if ((D != 64 && D != 128) || amx_gemm_available() != 0) return 1;
     if (n_groups <= 0) return 0;
-    int64_t most = 0;  // the longest shared prefix sizes the per-thread packing buffers
+    int64_t most = 0;  // the longest shared prefix (pages) sizes the per-thread packing buffers
     for (int64_t g = 0; g < n_groups; g++) most = shared_pages[g] > most ? shared_pages[g] : most;
-    const int64_t max_keys = most * page_size, G = Hq / Hkv;
-    const size_t buf_bytes = (size_t)((max_keys + 31) / 32 * 32) * (size_t)D * 2;
-    const size_t slot_stride = (size_t)(Hkv * D) * 2;
+    const int64_t G = Hq / Hkv;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
     {
-        uint32_t *kp = aligned_alloc(64, buf_bytes), *vp = aligned_alloc(64, buf_bytes);
-        int64_t *slots = malloc((size_t)(max_keys > 0 ? max_keys : 1) * sizeof(int64_t));
-        if (!kp || !vp || !slots) {
+        scratch sc;
+        const unsigned int csr = open_thread(&sc, most * page_size, D);
+        if (!sc.kp) {
 #pragma omp atomic write
             failed = 1;
         }
-        amx_load_config();
-        const unsigned int csr = flush_denormals();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_groups * Hkv; item++) {
-            if (!kp || !vp || !slots) continue;
+            if (!sc.kp) continue;
             const int64_t g = item / Hkv, h = item % Hkv;
             const int64_t *grp = rows + offsets[g], n_rows = offsets[g + 1] - offsets[g];
-            const int64_t *table = pages + grp[0] * max_pages, n = shared_pages[g] * page_size;
-            key_slots(slots, table, n, page_size);
-            attend_group_head(q, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2, slots, n,
-                              grp, n_rows, h, G, Hq, D, slot_stride, scale, kp, vp, out, lse);
+            attend_group_head(&sc, q, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2,
+                              pages + grp[0] * max_pages, shared_pages[g] * page_size, grp, n_rows, h, G, Hq, Hkv, D,
+                              page_size, scale, out, lse);
         }
-        _tile_release();
-        _mm_setcsr(csr);
-        free(kp);
-        free(vp);
-        free(slots);
+        close_thread(&sc, csr);
     }
     return failed ? 2 : 0;
 #else
@@ -342,35 +360,28 @@ int extend_attention_amx(const uint16_t *q, int64_t q_stride, const uint16_t *k_
         most = keys > most ? keys : most;
         first_item[s + 1] = first_item[s] + Hkv * ((ext_lens[s] * G + QUERIES_PER_ITEM - 1) / QUERIES_PER_ITEM);
     }
-    const size_t buf_bytes = (size_t)((most + 31) / 32 * 32) * (size_t)D * 2;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
     {
-        uint32_t *kp = aligned_alloc(64, buf_bytes), *vp = aligned_alloc(64, buf_bytes);
-        int64_t *slots = malloc((size_t)most * sizeof(int64_t));
-        if (!kp || !vp || !slots) {
+        scratch sc;
+        const unsigned int csr = open_thread(&sc, most, D);
+        if (!sc.kp) {
 #pragma omp atomic write
             failed = 1;
         }
-        amx_load_config();
-        const unsigned int csr = flush_denormals();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < first_item[n_seqs]; item++) {
-            if (!kp || !vp || !slots) continue;
+            if (!sc.kp) continue;
             int64_t s = 0;
             while (first_item[s + 1] <= item) s++;
             const int64_t per_head = (first_item[s + 1] - first_item[s]) / Hkv, k = item - first_item[s];
             const int64_t h = k / per_head, m0 = (k % per_head) * QUERIES_PER_ITEM;
             const int64_t m1 = m0 + QUERIES_PER_ITEM < ext_lens[s] * G ? m0 + QUERIES_PER_ITEM : ext_lens[s] * G;
-            extend_item(q, q_stride, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2, out,
-                        pages + s * max_pages, starts[s], prefix_lens[s], m0, m1, h, G, Hq, Hkv, D, page_size, scale,
-                        slots, kp, vp);
+            extend_item(&sc, q, q_stride, (const char *)k_cache + h * D * 2, (const char *)v_cache + h * D * 2,
+                        out, pages + s * max_pages, starts[s], prefix_lens[s], m0, m1, h, G, Hq, Hkv, D, page_size,
+                        scale);
         }
-        _tile_release();
-        _mm_setcsr(csr);
-        free(kp);
-        free(vp);
-        free(slots);
+        close_thread(&sc, csr);
     }
     free(first_item);
     return failed ? 2 : 0;
