@@ -67,6 +67,9 @@ class AttentionMetadata:
     extends: tuple[ExtendSeq, ...]
     decode_split: DecodeSplit | None = None  # set when some decode rows share prefix pages
     decode_lens: torch.Tensor | None = None  # int64 [Bd]: keys per decode row (the new token included)
+    # `extends` as the C kernel reads them: padded page tables and rows (token_start, extend_len, prefix_len)
+    extend_pages: torch.Tensor | None = None  # int64 [S, max_pages]
+    extend_layout: torch.Tensor | None = None  # int64 [3, S]
 
     def to(self, device: torch.device) -> AttentionMetadata:
         """The same layout with every tensor on `device` (built on the CPU, used where the pool lives)."""
@@ -81,8 +84,8 @@ class AttentionMetadata:
     ) -> AttentionMetadata:
         """Lay out sequences given in flat-batch order by their new-token and cached-token counts.
 
-        `split_shared_prefixes=False` skips finding shared-prefix groups (`decode_split`), which only the torch
-        decode path uses.
+        `split_shared_prefixes=False` skips finding shared-prefix groups (`decode_split`), for backends that do
+        not read them.
         """
         decode_rows: list[int] = []
         decode_tables: list[torch.Tensor] = []
@@ -103,18 +106,30 @@ class AttentionMetadata:
                     mask = torch.arange(seq_len).unsqueeze(0) <= q_pos
                 extends.append(ExtendSeq(start, ext, prefix, pages[:n_pages], mask))
             start += ext
+        extend_pages = extend_layout = None
+        if extends:
+            extend_pages = _pad_tables([e.pages for e in extends])
+            extend_layout = torch.tensor([[e.token_start for e in extends], [e.extend_len for e in extends],
+                                          [e.prefix_len for e in extends]])
         if not decode_rows:
-            return AttentionMetadata(page_size, None, None, None, tuple(extends))
-        max_pages = max(len(t) for t in decode_tables)
-        table = torch.zeros(len(decode_tables), max_pages, dtype=torch.int64)
-        for i, t in enumerate(decode_tables):
-            table[i, : len(t)] = t
+            return AttentionMetadata(page_size, None, None, None, tuple(extends), extend_pages=extend_pages,
+                                     extend_layout=extend_layout)
+        table = _pad_tables(decode_tables)
         lens = torch.tensor(decode_lens)
-        mask = torch.arange(max_pages * page_size).unsqueeze(0) < lens.unsqueeze(1)
+        mask = torch.arange(table.shape[1] * page_size).unsqueeze(0) < lens.unsqueeze(1)
         split = _split_shared_prefixes(page_size, table, lens) if split_shared_prefixes else None
         return AttentionMetadata(
-            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split, lens
+            page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split, lens,
+            extend_pages, extend_layout,
         )
+
+
+def _pad_tables(tables: list[torch.Tensor]) -> torch.Tensor:
+    """Page tables of different lengths as one int64 [len(tables), longest] tensor, padded with page 0."""
+    out = torch.zeros(len(tables), max(len(t) for t in tables), dtype=torch.int64)
+    for i, t in enumerate(tables):
+        out[i, : len(t)] = t
+    return out
 
 
 def _split_shared_prefixes(page_size: int, table: torch.Tensor, lens: torch.Tensor) -> DecodeSplit | None:

@@ -167,29 +167,25 @@ def extend_attention_amx(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
     out: torch.Tensor, lib: ctypes.CDLL | None = None,
 ) -> bool:
-    """Prefill / extend attention of `meta.extends` on AMX tiles, written into `out`; False (nothing written)
-    where the kernel cannot take it: not bf16, no AMX (or SPRIG_AMX=0), head size not 64 or 128.
+    """Prefill / extend attention of `meta.extends` on AMX tiles, written into `out`; False where the kernel
+    cannot take it (the caller then computes every extend row): not bf16, no AMX (or SPRIG_AMX=0), head size not
+    64 or 128, metadata without `extend_pages`.
 
     q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous.
     """
     from sprig.kernels.cpu_gemm import amx_enabled
 
     lib = lib or native_kernels()
-    if (lib is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype or not amx_enabled()
-            or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
+    if (lib is None or meta.extend_pages is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype
+            or not amx_enabled() or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return False
-    seqs = meta.extends
-    width = max(len(s.pages) for s in seqs)
-    pages = torch.zeros(len(seqs), width, dtype=torch.int64)
-    for i, s in enumerate(seqs):
-        pages[i, : len(s.pages)] = s.pages
-    layout = torch.tensor([[s.token_start, s.extend_len, s.prefix_len] for s in seqs]).t().contiguous()
+    pages, layout = meta.extend_pages, meta.extend_layout
     _, hq, d = q.shape
     status = lib.extend_attention_amx(
-        q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(), width,
-        layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), len(seqs), hq, k_cache.shape[1], d,
-        meta.page_size, scale, torch.get_num_threads())
+        q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(),
+        pages.shape[1], layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), pages.shape[0], hq,
+        k_cache.shape[1], d, meta.page_size, scale, torch.get_num_threads())
     return status == 0
 
 
