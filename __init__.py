@@ -18,7 +18,7 @@ _LANG_NAMES = frozenset({
 def __getattr__(name: str) -> Any:
     # Lazy so that `import sprig.radix` does not pull in torch and the model code.
     if name == "Engine":
-        from sprig.runtime.engine import Engine
+        from sprig.runtime.engine.engine import Engine
 
         return Engine
     if name in _LANG_NAMES:

@@ -21,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sprig.runtime.bench_cli import BenchResult
-from sprig.runtime.bench_client import Arrival, LoadSpec
-from sprig.runtime.bench_datasets import DatasetKind, WorkloadSpec, build_workload
-from sprig.runtime.bench_metrics import format_summary, load_average
-from sprig.runtime.bench_report import TARGETS, medians, ratio, render
-from sprig.runtime.bench_systems import Setup, System, SystemKind, SystemUnavailable, make_system
-from sprig.runtime.tokenizer import Tokenizer
+from sprig.runtime.bench.cli import BenchResult
+from sprig.runtime.bench.client import Arrival, LoadSpec
+from sprig.runtime.bench.datasets import DatasetKind, WorkloadSpec, build_workload
+from sprig.runtime.bench.metrics import format_summary, load_average
+from sprig.runtime.bench.report import TARGETS, medians, ratio, render
+from sprig.runtime.bench.systems import Setup, System, SystemKind, SystemUnavailable, make_system
+from sprig.runtime.model.tokenizer import Tokenizer
 
 DEFAULT_SYSTEMS = [SystemKind.SPRIG, SystemKind.SPRIG_NO_CACHE, SystemKind.LLAMA_CPP, SystemKind.TRANSFORMERS]
 DEFAULT_WORKLOADS = [DatasetKind.RANDOM, DatasetKind.SHARED_PREFIX, DatasetKind.JSON_SCHEMA]
@@ -83,7 +83,7 @@ def machine() -> str:
 
 
 def model_dir(name: str) -> Path:
-    from sprig.runtime.checkpoints import RECIPES, checkpoint_path
+    from sprig.runtime.model.checkpoints import RECIPES, checkpoint_path
 
     return checkpoint_path(name) if name in RECIPES else Path(name)
 

@@ -22,7 +22,7 @@ DTYPE = "bfloat16"
 
 
 def model_path() -> str:
-    from sprig.runtime.checkpoints import checkpoint_path
+    from sprig.runtime.model.checkpoints import checkpoint_path
 
     return str(checkpoint_path(MODEL))
 

@@ -28,7 +28,7 @@ from sprig.grammar import GrammarCompiler, GrammarSpec, JsonOptions, TokenizerIn
 from sprig.grammar.matcher import allocate_token_bitmask
 from sprig.grammar.ordering import schema_ordered_dumps
 from sprig.kernels.bitmask import apply_token_bitmask_
-from sprig.runtime.checkpoints import SPECIAL_TOKENS, cache_dir, checkpoint_path
+from sprig.runtime.model.checkpoints import SPECIAL_TOKENS, cache_dir, checkpoint_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # why: run as a script, beside its helpers
 from grammar_decode import constraint_overhead, jump_forward  # noqa: E402

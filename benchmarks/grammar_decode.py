@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from sprig import Engine
-from sprig.runtime.checkpoints import demo_model_path
+from sprig.runtime.model.checkpoints import demo_model_path
 
 # Bounded strings, enums, ranges: a random model finishes these in a few dozen tokens.
 OVERHEAD_SCHEMA = {"type": "object", "properties": {

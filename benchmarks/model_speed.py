@@ -80,11 +80,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=["demo:float32", "demo:bfloat16", "llama-100m:bfloat16"],
-                        help="recipe:dtype pairs (recipes from sprig.runtime.checkpoints)")
+                        help="recipe:dtype pairs (recipes from sprig.runtime.model.checkpoints)")
     parser.add_argument("--out", default="results/model_speed.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from sprig.runtime.checkpoints import checkpoint_path
+    from sprig.runtime.model.checkpoints import checkpoint_path
 
     rows = []
     for spec in args.models:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from sprig.runtime.checkpoints import DATA_DIR, checkpoint_path
-from sprig.runtime.router_launch import launch_replicas, serve_command, stop_replicas
+from sprig.runtime.model.checkpoints import DATA_DIR, checkpoint_path
+from sprig.runtime.router.launch import launch_replicas, serve_command, stop_replicas
 
 
 @dataclass(frozen=True)

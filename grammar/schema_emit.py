@@ -103,8 +103,8 @@ class Emitter:
         extra = self.expr(shape.additional, path, depth)
         if not ir.is_never(extra):
             declared = [k for k, _, _ in shape.entries]
-            key = json_string(strings.not_in(declared)) if declared else ANY_STRING
-            pair = ir.seq(key, self.p.colon, extra)
+            key_expr = json_string(strings.not_in(declared)) if declared else ANY_STRING
+            pair = ir.seq(key_expr, self.p.colon, extra)
             entries.append((ir.seq(pair, ir.star(ir.seq(self.p.comma, pair))), False))
         return ir.seq(self.p.open_object, self._join(entries), self.p.close_object)
 

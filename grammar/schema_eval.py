@@ -263,7 +263,7 @@ class Evaluator:
             yield Ref(self.doc.resolve(node["$ref"], pointer), child_pointer(pointer, "$ref"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
-        lo = _count(node, "minLength", pointer, 0)
+        lo = _count(node, "minLength", pointer, 0) or 0
         hi = _count(node, "maxLength", pointer, None)
         parts = [s_len(lo, hi)]
         if "pattern" in node:

@@ -81,7 +81,8 @@ class GrammarSpec:
     @classmethod
     def json_schema(cls, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> GrammarSpec:
         """From schema text or a parsed schema; raises GrammarError if a parsed schema is not JSON."""
-        return cls(GrammarKind.JSON_SCHEMA, schema, options or JsonOptions())
+        text = schema if isinstance(schema, str) else _dump_schema(schema)
+        return cls(GrammarKind.JSON_SCHEMA, text, options or JsonOptions())
 
     @classmethod
     def regex(cls, pattern: str) -> GrammarSpec:

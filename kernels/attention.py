@@ -236,6 +236,7 @@ def decode_attention(
     """Attention of the decode rows' queries qd [Bd, Hq, D] over their pages; returns [Bd, Hq, D]."""
     if meta.decode_split is not None:
         return _split_decode_attention(qd, k_cache, v_cache, meta, scale)
+    assert meta.decode_pages is not None  # set with the decode rows
     kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
     vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
     od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
@@ -293,6 +294,7 @@ def _split_decode_attention(
 ) -> torch.Tensor:
     """Decode attention as (shared prefix per group) ⊕ (own pages per row), merged by log-sum-exp."""
     split = meta.decode_split
+    assert split is not None  # the caller checked
     bd, hq, d = qd.shape
     hkv = k_cache.shape[1]
     g = hq // hkv

@@ -9,7 +9,7 @@ modules are first imported), which is how the twins are tested without a GPU; as
 is an error.
 The Triton modules are imported lazily, so importing this module never needs triton.
 
-Sampling stays in torch (`runtime/sampler.py`), on purpose:
+Sampling stays in torch (`runtime/engine/sampler.py`), on purpose:
 - it runs once per step, not once per layer, and its heavy parts (sort for top-p, topk, the argmax of the
   exponential race) are single library calls that are already bandwidth-bound on a GPU;
 - seeded rows draw their noise from torch generators so that a request gives the same tokens alone or in any
@@ -103,8 +103,8 @@ def _torch_bitmask() -> Callable[..., None]:
     try:
         from sprig.kernels.bitmask import apply_token_bitmask_
     except ImportError:
-
-        def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+        # a stand-in for the optional module: it only raises, so it need not repeat that module's signature
+        def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:  # type: ignore[misc]
             raise NotImplementedError("sprig.kernels.bitmask is not available in this build")
 
     return apply_token_bitmask_
@@ -139,8 +139,7 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     """Decode attention and the per-layer elementwise ops from sprig's C kernels (`kernels/csrc`), for CPU tensors;
     each falls back to its torch reference for inputs the C kernels do not take."""
     from sprig.kernels import cpu_elementwise as ew
-    from sprig.kernels.cpu_gemm import amx_enabled
-    from sprig.kernels.cpu_native import native_kernels, paged_attention
+    from sprig.kernels.cpu_native import amx_enabled, native_kernels, paged_attention
 
     if device is not None and torch.device(device).type != "cpu":
         raise ValueError("kernel backend 'cpu' runs on CPU tensors only; use 'triton' or 'torch' on CUDA")

@@ -95,6 +95,7 @@ def apply_rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos
           and cos_sin_cache.is_cpu and positions.dtype == torch.int64 and positions.shape == (q.shape[0],)
           and positions.is_cpu)
     if ok:
+        assert lib is not None  # implied by ok
         positions = positions.contiguous()
         status = lib.rotary_embedding(
             q.data_ptr(), k.data_ptr(), positions.data_ptr(), cos_sin_cache.data_ptr(), q.shape[0], q.shape[1],
@@ -130,6 +131,7 @@ def store_kv(
           and v_cache.is_contiguous() and k.stride(-1) == 1 and v.stride(-1) == 1 and slots.dtype == torch.int64
           and slots.shape == (k.shape[0],) and slots.is_cpu)
     if ok:
+        assert lib is not None  # implied by ok
         slots = slots.contiguous()
         t, h, d = k.shape
         status = lib.store_kv(

@@ -6,27 +6,12 @@ x @ w.T (+ bias) with fp32 accumulation and bf16 output, like `F.linear` in bf16
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 
-from sprig.kernels.cpu_native import native_kernels
+from sprig.kernels.cpu_native import amx_enabled, native_kernels
 
 TILE_K = 32  # input features per tile row pair block
 PANEL_N = 32  # output columns per work item
-
-
-@functools.cache
-def amx_available() -> bool:
-    """True when the kernel library has the AMX path and this process may use the tiles."""
-    lib = native_kernels()
-    return lib is not None and lib.amx_gemm_available() == 0
-
-
-def amx_enabled() -> bool:
-    """AMX is available and not turned off with SPRIG_AMX=0 (read on every call, so tests can set it)."""
-    return os.environ.get("SPRIG_AMX", "1") != "0" and amx_available()
 
 
 def amx_supports(weight: torch.Tensor) -> bool:
@@ -53,7 +38,9 @@ def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None)
     out = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
     if x2.shape[0] == 0:
         return out.view(*lead, n)
-    status = native_kernels().amx_linear_bf16(
+    lib = native_kernels()
+    assert lib is not None  # amx_supports checked that AMX (so the library) is there
+    status = lib.amx_linear_bf16(
         x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.contiguous().data_ptr(), out.data_ptr(),
         x2.shape[0], n, k, torch.get_num_threads())
     if status != 0:

@@ -122,6 +122,18 @@ def native_kernels() -> ctypes.CDLL | None:
         return None
 
 
+@functools.cache
+def amx_available() -> bool:
+    """True when the kernel library has the AMX path and this process may use the tiles."""
+    lib = native_kernels()
+    return lib is not None and lib.amx_gemm_available() == 0
+
+
+def amx_enabled() -> bool:
+    """AMX is available and not turned off with SPRIG_AMX=0 (read on every call, so tests can set it)."""
+    return os.environ.get("SPRIG_AMX", "1") != "0" and amx_available()
+
+
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pages: torch.Tensor, lens: torch.Tensor,
     page_size: int, scale: float, lib: ctypes.CDLL | None = None, split: DecodeSplit | None = None,
@@ -156,6 +168,7 @@ def decode_attention(
 ) -> torch.Tensor:
     """`attention.decode_attention` through the C kernel, or the torch reference where the kernel cannot run."""
     if meta.decode_lens is not None:
+        assert meta.decode_pages is not None  # set with the decode lengths
         out = paged_decode_attention(qd, k_cache, v_cache, meta.decode_pages, meta.decode_lens, meta.page_size,
                                      scale, split=meta.decode_split)
         if out is not None:
@@ -173,14 +186,13 @@ def extend_attention_amx(
 
     q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous.
     """
-    from sprig.kernels.cpu_gemm import amx_enabled
-
     lib = lib or native_kernels()
     if (lib is None or meta.extend_pages is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype
             or not amx_enabled() or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return False
     pages, layout = meta.extend_pages, meta.extend_layout
+    assert layout is not None  # set with extend_pages
     _, hq, d = q.shape
     status = lib.extend_attention_amx(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(),

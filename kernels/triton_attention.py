@@ -214,6 +214,7 @@ def _build_plan(meta: AttentionMetadata, device: torch.device) -> _Plan:
     """Derive lengths, padded page tables and the extend block map (Python ints: no device sync)."""
     rows = table = lens = seqs = blocks = ext_table = None
     if meta.decode_rows is not None:
+        assert meta.decode_pages is not None and meta.decode_mask is not None  # set with the decode rows
         rows = meta.decode_rows.to(device)
         table = meta.decode_pages.to(device)
         lens = meta.decode_mask.reshape(len(rows), -1).to(device).sum(1, dtype=torch.int32)
@@ -278,6 +279,7 @@ def _decode(
     scale: float,
 ) -> None:
     """Flash-decoding over the paged pool for the single-token rows of the batch."""
+    assert plan.decode_rows is not None and plan.decode_table is not None  # the caller checked the rows
     n_rows, n_q_heads, head_dim = len(plan.decode_rows), q.shape[1], q.shape[2]
     n_kv_heads = k_cache.shape[1]
     group = n_q_heads // n_kv_heads
@@ -311,6 +313,7 @@ def _extend(
     scale: float,
 ) -> None:
     """Prefix-then-causal attention for the multi-token sequences of the batch."""
+    assert plan.extend_blocks is not None and plan.extend_table is not None  # the caller checked the blocks
     n_q_heads, head_dim = q.shape[1], q.shape[2]
     group = n_q_heads // k.shape[1]
     # Smaller key tiles and more warps where tiles are big (fp32, wide heads): shared memory and registers.

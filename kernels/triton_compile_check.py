@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 _PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr"}  # float32 buffers whatever the activation dtype
 _PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr"}
@@ -52,7 +53,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
     return sig
 
 
-def _configs(dtype: str, head_dim: int) -> list[tuple[object, dict, int]]:
+def _configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
     """(kernel, constexprs, num_warps) for every kernel as the wrappers launch it."""
     import triton.language as tl
 

@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from sprig.lang.document import convert
+from sprig.lang.backends.base import Backend
+from sprig.lang.document import Document, convert
 from sprig.lang.errors import BackendError
-from sprig.lang.ir import Gen, Select, SelectMethod
+from sprig.lang.ir import Gen, GenParams, Select, SelectMethod
 from sprig.lang.select_scoring import decide
 
-if TYPE_CHECKING:
-    from sprig.lang.state import ProgramState
-
 MAX_SEED = 2**63
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every state of one program run shares."""
+
+    backend: Backend
+    defaults: GenParams
+    seed: int | None = None  # base seed; each gen derives its own from it (see derive_seed)
+    stream: bool = False
+
+
+class ProgramState(Protocol):
+    """What a call needs from the program state it runs in (`sprig.lang.state.ProgramState` is the one)."""
+
+    config: RunConfig
+
+    @property
+    def doc(self) -> Document: ...
+
+    def next_seed(self, index: int) -> int | None: ...
+
+    def emit(self, var: str | None, text: str, token_ids: tuple[int, ...] | None = None) -> None: ...
+
+    def emit_partial(self, var: str | None, delta: str) -> None: ...
+
+    def end_var(self, var: str | None, text: str, token_ids: tuple[int, ...] | None) -> None: ...
+
+    def close_var(self, var: str | None) -> None: ...
+
+    def store(self, name: str | None, value: Any, meta: dict[str, Any]) -> None: ...
 
 
 def derive_seed(base: int | None, path: tuple[str, ...], index: int) -> int | None:
@@ -38,7 +68,8 @@ def run_gen(state: ProgramState, node: Gen, index: int) -> None:
     prompt = state.doc.prompt()
     backend = state.config.backend
     if state.config.stream:
-        text, meta, ids = "", {}, None
+        meta: dict[str, Any] = {}
+        text, ids = "", None
         for chunk in backend.stream(prompt, params):
             text += chunk.delta
             state.emit_partial(node.name, chunk.delta)

@@ -14,13 +14,13 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sprig.lang import interpreter
-from sprig.lang.backends.base import Backend
 from sprig.lang.document import Document
 from sprig.lang.errors import InvalidArgumentError
-from sprig.lang.ir import Gen, GenParams, Node, Role, RoleBegin, RoleEnd, Select, Text, flatten, to_node
+from sprig.lang.interpreter import RunConfig
+from sprig.lang.ir import Gen, Node, Role, RoleBegin, RoleEnd, Select, Text, flatten, to_node
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,6 @@ class StreamEvent:
     var: str | None
     delta: str
     end: bool = False
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What every state of one program run shares."""
-
-    backend: Backend
-    defaults: GenParams
-    seed: int | None = None  # base seed; each gen derives its own from it (see interpreter.derive_seed)
-    stream: bool = False
 
 
 class ProgramState:
@@ -207,7 +197,9 @@ class ProgramState:
         seen = 0
         while True:
             with self._cond:
-                self._cond.wait_for(lambda n=seen: len(self._events) > n or self._finished)
+                # mypy cannot infer the type of a lambda with a default argument (n: this pass's `seen`)
+                self._cond.wait_for(
+                    lambda n=seen: len(self._events) > n or self._finished)  # type: ignore[misc]
                 events, seen, done = self._events[seen:], len(self._events), self._finished
             for ev in events:
                 if name is None or ev.var == name:
@@ -228,7 +220,7 @@ class ProgramState:
             chunk = await asyncio.to_thread(next, it, end)
             if chunk is end:
                 return
-            yield chunk
+            yield cast(str, chunk)  # not `end`: a str from text_iter
 
     # --- worker --------------------------------------------------------------------------------------
     def _enqueue(self, op: Callable[[], None]) -> None:

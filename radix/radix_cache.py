@@ -77,6 +77,7 @@ class RadixCache:
         self.page_size = page_size
         self.disable = disable
         self._epoch = 0
+        self._version = 0
         self._seq = count()  # unique tie-breaker for heap entries, so nodes are never compared
         self.reset()
 
@@ -98,6 +99,12 @@ class RadixCache:
         return self._evictable_size + self._protected_size
 
     @property
+    def version(self) -> int:
+        """Changes whenever a match could return something else (insert, evict, reset), so a caller can
+        reuse an earlier match of the same tokens while it is unchanged."""
+        return self._version
+
+    @property
     def num_nodes(self) -> int:
         """Number of non-root nodes, over all namespaces."""
         return self._num_nodes
@@ -108,6 +115,7 @@ class RadixCache:
         """Drop the whole tree (``/flush_cache``). Its slots are not returned: call this when idle and
         reset the KV pool alongside. Nodes from before the reset become inert: lock/unlock ignore them."""
         self._epoch += 1
+        self._version += 1
         self._roots: dict[str, TreeNode] = {}
         self._null_root = self._new_root()  # returned by matches in namespaces that hold nothing
         self._heap: list[tuple[int, int, TreeNode]] = []  # (last_access, seq, leaf), lazily invalidated
@@ -166,6 +174,7 @@ class RadixCache:
             # `node` stops being a leaf here, which makes its heap entry stale.
             node.children[self._child_key(leaf.key, 0)] = leaf
             self._num_nodes += 1
+            self._version += 1
             self._evictable_size += len(leaf.key)
             self._push_if_evictable(leaf)
         return matched
@@ -256,6 +265,7 @@ class RadixCache:
         del parent.children[self._child_key(node.key, 0)]
         node.evicted, node.heap_seq, node.parent = True, -1, None
         self._num_nodes -= 1
+        self._version += 1
         self._evictable_size -= len(node.key)
         if parent.parent is not None:
             self._push_if_evictable(parent)

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from sprig.runtime.engine_config import add_engine_args, config_from_args
+from sprig.runtime.config import add_engine_args, config_from_args
 from sprig.runtime.errors import SprigError
 
 EXIT_USAGE = 2
@@ -22,7 +22,7 @@ def _fail(message: str) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from sprig.runtime.engine import Engine
+    from sprig.runtime.engine.engine import Engine
 
     cfg = config_from_args(args)
     params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
@@ -63,19 +63,19 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
     """Commands whose modules register their own parsers (server, benchmarks, router)."""
     registrars: list[Callable[[argparse._SubParsersAction], None]] = []
     try:
-        from sprig.runtime.server_cli import register as register_serve
+        from sprig.runtime.server.cli import register as register_serve
 
         registrars.append(register_serve)
     except ImportError:
         pass
     try:
-        from sprig.runtime.bench_cli import register as register_bench
+        from sprig.runtime.bench.cli import register as register_bench
 
         registrars.append(register_bench)
     except ImportError:
         pass
     try:  # after serve: it adds --dp-size to it
-        from sprig.runtime.router_cli import register as register_router
+        from sprig.runtime.router.cli import register as register_router
 
         registrars.append(register_router)
     except ImportError:
@@ -88,7 +88,7 @@ def _torchrun_rank(args: argparse.Namespace) -> int | None:
     """Under torchrun, every rank but 0 runs the tensor-parallel worker loop instead of the command."""
     if getattr(args, "tp_size", 1) <= 1 or int(os.environ.get("RANK", "0")) == 0:
         return None
-    from sprig.runtime.tp_worker import run_torchrun_worker
+    from sprig.runtime.distributed.tp_worker import run_torchrun_worker
 
     return run_torchrun_worker(config_from_args(args))
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         if worker_status is not None:
             return worker_status
         if getattr(args, "tp_size", 1) > 1:
-            from sprig.runtime.tp_group import FailurePolicy, recorded_failure, set_failure_policy
+            from sprig.runtime.distributed.tp_group import FailurePolicy, recorded_failure, set_failure_policy
 
             set_failure_policy(FailurePolicy.EXIT_PROCESS)  # why: a command whose rank died must end, not linger
             status = int(args.func(args) or 0)

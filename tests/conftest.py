@@ -17,7 +17,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_paths() -> dict[str, object]:
-    from sprig.runtime.checkpoints import TINY_ARCHITECTURES, checkpoint_path
+    from sprig.runtime.model.checkpoints import TINY_ARCHITECTURES, checkpoint_path
 
     return {name: checkpoint_path(name) for name in TINY_ARCHITECTURES}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sprig.runtime.bench_systems import Setup, sprig_server
-from sprig.runtime.checkpoints import checkpoint_path
+from sprig.runtime.bench.systems import Setup, sprig_server
 from sprig.runtime.cli import main as sprig_main
+from sprig.runtime.model.checkpoints import checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sprig.runtime.bench_client import Arrival, Driver, LoadSpec, OpenAIBackend, TurnCall, arrival_times
-from sprig.runtime.bench_datasets import (
+from sprig.runtime.bench.client import Arrival, Driver, LoadSpec, OpenAIBackend, TurnCall, arrival_times
+from sprig.runtime.bench.datasets import (
     PERSON_SCHEMA,
     Api,
     DatasetKind,
@@ -24,7 +24,7 @@ from sprig.runtime.bench_datasets import (
     load_tokenizer,
     parse_dataset,
 )
-from sprig.runtime.bench_metrics import RequestRecord, Stat, summarize, validate_json
+from sprig.runtime.bench.metrics import RequestRecord, Stat, summarize, validate_json
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_driver_bounds_concurrency_and_carries_conversation_history(tok):
 
 def test_report_renders_plots_and_targets(tmp_path: Path):
     pytest.importorskip("matplotlib")
-    from sprig.runtime.bench_report import render
+    from sprig.runtime.bench.report import render
 
     def run(system: str, wl: str, rnd: int, tok_s: float, hit: float | None) -> dict:
         stat = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}

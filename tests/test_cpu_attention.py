@@ -7,8 +7,7 @@ import torch
 
 from sprig.kernels import attention as ref
 from sprig.kernels import cpu_native
-from sprig.kernels.cpu_gemm import amx_available
-from sprig.kernels.cpu_native import load_library, paged_decode_attention
+from sprig.kernels.cpu_native import amx_available, load_library, paged_decode_attention
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sprig.kernels.cpu_gemm import amx_available, amx_linear, amx_pack, amx_supports
-from sprig.runtime.loader import load_model
+from sprig.kernels.cpu_gemm import amx_linear, amx_pack, amx_supports
+from sprig.kernels.cpu_native import amx_available
+from sprig.runtime.model.loader import load_model
 
 pytestmark = pytest.mark.skipif(not amx_available(), reason="this CPU (or kernel) offers no AMX bf16 tiles")
 

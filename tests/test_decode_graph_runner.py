@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from sprig.runtime.kv_pool import KVPool, PoolSize
-from sprig.runtime.loader import load_model
-from sprig.runtime.model_runner import ModelRunner, SeqInput
+from sprig.runtime.model.kv_pool import KVPool, PoolSize
+from sprig.runtime.model.loader import load_model
+from sprig.runtime.model.runner import ModelRunner, SeqInput
 
 
 def test_padded_static_decode_matches_dynamic_decode(tiny_paths):
@@ -37,4 +37,6 @@ def test_padded_static_decode_matches_dynamic_decode(tiny_paths):
     pool.buffer[:, :, : pool.size.num_tokens] = before
     runner.graph_runner = None
     runner.forward(seqs)
-    assert torch.equal(after_static, pool.buffer[:, :, : pool.size.num_tokens])
+    # Not bitwise: fp32 GEMMs over 3 and over 4 rows may block their sums differently (3.3e-6 seen on an AMD
+    # EPYC). A stray write of the padding row would change whole K/V rows by O(1), far above this tolerance.
+    torch.testing.assert_close(after_static, pool.buffer[:, :, : pool.size.num_tokens], rtol=0, atol=1e-5)

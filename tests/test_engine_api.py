@@ -1,4 +1,4 @@
-"""The `sprig.Engine` API as DESIGN.md specifies it: shapes of results, streaming, async, abort, errors."""
+"""The `sprig.Engine` API as docs/architecture.md specifies it: shapes of results, streaming, async, abort, errors."""
 
 from __future__ import annotations
 

@@ -217,7 +217,7 @@ def schemas(tiny_paths) -> list[Any]:
 
 def closing_bias() -> dict[str, float]:
     """CLOSING_BIAS on the tiny tokenizer's tokens that contain one of CLOSERS."""
-    from sprig.runtime.checkpoints import checkpoint_path
+    from sprig.runtime.model.checkpoints import checkpoint_path
 
     info = TokenizerInfo.from_tokenizer(checkpoint_path("tiny-llama"), eos_token_ids=[2], vocab_size=2100)
     return {str(i): CLOSING_BIAS for i, raw in enumerate(info.token_bytes) if raw and any(c in raw for c in CLOSERS)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sprig.runtime import host_memory
+from sprig.runtime.model import host_memory
 
 
 def test_zeros_is_zeros_of_the_shape_and_dtype():

@@ -29,7 +29,7 @@ def planted(tiny_paths, tmp_path_factory):
     src = tiny_paths["tiny-llama"]
     dst = tmp_path_factory.mktemp("planted") / "ckpt"
     shutil.copytree(src, dst)
-    from sprig.runtime.tokenizer import Tokenizer
+    from sprig.runtime.model.tokenizer import Tokenizer
 
     tok = Tokenizer(dst)
     base = tok.encode(PROMPT)

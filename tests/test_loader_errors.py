@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from sprig.runtime.errors import CheckpointError
-from sprig.runtime.loader import load_model
+from sprig.runtime.model.loader import load_model
 
 
 @pytest.fixture()

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from sprig.runtime.checkpoints import TINY_ARCHITECTURES, checkpoint_path
-from sprig.runtime.kv_pool import KVPool, PoolSize
-from sprig.runtime.loader import load_model
-from sprig.runtime.model_runner import ModelRunner, SeqInput
+from sprig.runtime.model.checkpoints import TINY_ARCHITECTURES, checkpoint_path
+from sprig.runtime.model.kv_pool import KVPool, PoolSize
+from sprig.runtime.model.loader import load_model
+from sprig.runtime.model.runner import ModelRunner, SeqInput
 
 TOL = 1e-4
 

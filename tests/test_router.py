@@ -18,8 +18,8 @@ import orjson
 import pytest
 from test_server_helpers import child_pids
 
-from sprig.runtime.router_launch import args_to_argv
-from sprig.runtime.router_policy import Policy, PolicyConfig, RoutingKey, Selector, routing_key
+from sprig.runtime.router.launch import args_to_argv
+from sprig.runtime.router.policy import Policy, PolicyConfig, RoutingKey, Selector, routing_key
 
 GREEDY = {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True}
 WORDS = ["alpha beta gamma", "delta epsilon zeta", "eta theta iota", "kappa lambda mu"]  # no shared prefixes

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from sprig.runtime.sampler import (
+from sprig.runtime.engine.sampler import (
     Sampler,
     SamplingBatch,
     apply_top_k_top_p,
@@ -18,7 +18,7 @@ from sprig.runtime.sampler import (
     process_logits,
     unpack_allowed_mask,
 )
-from sprig.runtime.sampling_params import SamplingParams
+from sprig.runtime.engine.sampling_params import SamplingParams
 
 torch.set_num_threads(1)
 V = 50

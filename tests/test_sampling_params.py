@@ -1,7 +1,7 @@
 """Behaviour of `SamplingParams`: parsing the SGLang-style dict and validating every field.
 
 Every rejection is a `SamplingParamsError` (a ValueError) whose `param` names the field and whose `code` is a
-stable string; nothing is clamped silently (RELIABILITY items 6, 9-14, 20).
+stable string; nothing is clamped silently (docs/architecture.md, "Errors").
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from sprig.runtime.sampling_params import ErrorCode, SamplingParams, SamplingParamsError
+from sprig.runtime.engine.sampling_params import ErrorCode, SamplingParams, SamplingParamsError
 
 VOCAB = 1000
 

@@ -40,7 +40,7 @@ def free_port() -> int:
 
 
 def tiny_model() -> str:
-    from sprig.runtime.checkpoints import checkpoint_path
+    from sprig.runtime.model.checkpoints import checkpoint_path
 
     return str(checkpoint_path("tiny-llama"))
 

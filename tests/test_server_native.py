@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_server_helpers import ServerProcess, assert_no_kv_leak, assert_openai_error, tiny_model, wait_idle
 
-from sprig.runtime.tokenizer import Tokenizer
+from sprig.runtime.model.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

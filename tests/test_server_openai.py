@@ -16,7 +16,7 @@ from test_server_helpers import (
     wait_idle,
 )
 
-from sprig.runtime.tokenizer import Tokenizer
+from sprig.runtime.model.tokenizer import Tokenizer
 
 MAX_BODY = 400_000
 

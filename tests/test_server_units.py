@@ -12,12 +12,13 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from sprig.runtime import server_auth
 from sprig.runtime.errors import RequestError
-from sprig.runtime.http_errors import APIError, _loc_param, from_value_error, sanitize
-from sprig.runtime.openai_messages import template_messages
-from sprig.runtime.openai_protocol import ChatMessage, FunctionDef, NamedToolChoice, ToolDef
-from sprig.runtime.openai_tools import (
+from sprig.runtime.server import auth as server_auth
+from sprig.runtime.server.auth import Authenticator, KeyEntry, Tenant, TokenBucket, load_keys_file
+from sprig.runtime.server.http_errors import APIError, _loc_param, from_value_error, sanitize
+from sprig.runtime.server.openai_messages import template_messages
+from sprig.runtime.server.openai_protocol import ChatMessage, FunctionDef, NamedToolChoice, ToolDef
+from sprig.runtime.server.openai_tools import (
     TaggedCallStream,
     ToolChoiceKind,
     calls_from_output,
@@ -26,7 +27,6 @@ from sprig.runtime.openai_tools import (
     plan_tools,
     tool_constraint,
 )
-from sprig.runtime.server_auth import Authenticator, KeyEntry, Tenant, TokenBucket, load_keys_file
 
 F = ToolDef(type="function", function=FunctionDef(name="f", parameters={
     "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}))
@@ -186,8 +186,8 @@ class _StubEngine:
 
 
 def test_health_is_503_while_loading_dead_stalled_or_draining():
-    from sprig.runtime.server import create_app
-    from sprig.runtime.server_state import ServerSettings
+    from sprig.runtime.server.app import create_app
+    from sprig.runtime.server.state import ServerSettings
 
     gate = threading.Event()
     stub = _StubEngine()

@@ -11,10 +11,10 @@ import random
 import pytest
 from tokenizers import Tokenizer
 
-from sprig.runtime.checkpoints import checkpoint_path
-from sprig.runtime.detokenizer import IncrementalDetokenizer
-from sprig.runtime.sampling_params import SamplingParams
-from sprig.runtime.stop_checker import FinishReason, FinishType, StopChecker
+from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
+from sprig.runtime.model.checkpoints import checkpoint_path
 
 EOS = 0
 

@@ -17,11 +17,11 @@ import torch
 from test_server_helpers import child_pids
 
 from sprig import Engine
-from sprig.runtime.checkpoints import RECIPES, checkpoint_path
-from sprig.runtime.distributed import TPContext, check_divisible, shard_plan
-from sprig.runtime.model_config import load_model_config
-from sprig.runtime.model_runner import SeqInput
-from sprig.runtime.tp_protocol import decode_step, encode_step
+from sprig.runtime.distributed.tp_protocol import decode_step, encode_step
+from sprig.runtime.model.checkpoints import RECIPES, checkpoint_path
+from sprig.runtime.model.config import load_model_config
+from sprig.runtime.model.parallel import TPContext, check_divisible, shard_plan
+from sprig.runtime.model.runner import SeqInput
 
 OPTIONS = {"num_threads": 1, "max_total_tokens": 4096, "dtype": "float32", "chunked_prefill_size": 64}
 PROMPTS = ["The quick brown fox", "Once upon a time there was a tiny model that", "a b c d e f g h i j k l",

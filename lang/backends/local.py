@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sprig.lang.backends.native import NativeBackend, NativePrompt, PromptTokens
@@ -10,7 +10,7 @@ from sprig.lang.chat import ChatFormatter, chatml_formatter
 from sprig.lang.select_scoring import BOUNDARY_LOOKBACK
 
 if TYPE_CHECKING:
-    from sprig.runtime.engine import Engine
+    from sprig.runtime.engine.engine import Engine
 
 
 class LocalBackend(NativeBackend):
@@ -28,10 +28,11 @@ class LocalBackend(NativeBackend):
     def chat_formatter(self) -> ChatFormatter:
         return self._formatter
 
-    def native_generate(self, prompts: list[NativePrompt], sampling_params: dict[str, Any],
+    def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
                         return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
         key = "input_ids" if prompts and isinstance(prompts[0], list) else "prompt"
-        return self.engine.generate(**{key: list(prompts)}, sampling_params=sampling_params,
+        batch: dict[str, Any] = {key: list(prompts)}
+        return self.engine.generate(**batch, sampling_params=sampling_params,
                                     return_logprob=return_logprob, logprob_start_len=logprob_start_len)
 
     def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any]) -> Iterator[dict[str, Any]]:

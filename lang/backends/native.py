@@ -11,7 +11,7 @@ differently and lose the cache from that point on). Without a tokenizer, prompts
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ class NativeBackend(Backend):
     """A backend whose calls are SGLang-style native `generate` requests."""
 
     @abstractmethod
-    def native_generate(self, prompts: list[NativePrompt], sampling_params: dict[str, Any],
+    def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
                         return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
         """One native result dict per prompt (text, output_ids, meta_info)."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ class RuntimeEndpoint(NativeBackend):
     def chat_formatter(self) -> ChatFormatter:
         return self._formatter
 
-    def native_generate(self, prompts: list[NativePrompt], sampling_params: dict[str, Any],
+    def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
                         return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
         key = "input_ids" if prompts and isinstance(prompts[0], list) else "text"
         body: dict[str, Any] = {key: prompts if len(prompts) > 1 else prompts[0],
@@ -93,7 +93,7 @@ def _local_tokenizer(model_path: Any) -> Any:
     if not isinstance(model_path, str) or not (Path(model_path) / "tokenizer.json").is_file():
         return None
     try:
-        from sprig.runtime.tokenizer import Tokenizer
+        from sprig.runtime.model.tokenizer import Tokenizer
 
         return Tokenizer(model_path)
     except Exception:  # noqa: BLE001 - an unreadable tokenizer only costs extra requests

@@ -1,0 +1,146 @@
+"""Engine-thread time per step outside the forward, early and late in a long stream: it must not grow with length.
+
+    python benchmarks/step_overhead.py [--tokens 4000] [--threads 1] [--concurrent 64]
+
+Streams one generation of --tokens tokens (logprobs off, then on) through `Engine.generate(stream=True)` with a
+reader consuming every chunk, and times each engine-loop iteration: `EngineCore.step` + `EngineCore.notify`
+(scheduling, batch building, sampling, grammar, stop checks, detokenizing, reporting) minus the model forward.
+Prints the median overhead over the steps around token ~100 and around the last 100 tokens, and their ratio; then
+the same per-step overhead for --concurrent streams at once. Demo model (4,096-token context), greedy, ignore_eos.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+WINDOW = 100  # steps per window
+
+
+@dataclass
+class StepTimes:
+    """Per loop iteration: engine time outside the forward (wall clock and the engine thread's CPU time, which a
+    busy machine or a reader holding the GIL does not inflate), and the forward, in seconds."""
+
+    overhead: list[float] = field(default_factory=list)
+    overhead_cpu: list[float] = field(default_factory=list)
+    forward: list[float] = field(default_factory=list)
+    _fwd: tuple[float, float] = (0.0, 0.0)
+    _busy: tuple[float, float] = (0.0, 0.0)
+
+
+def _now() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def _since(t0: tuple[float, float]) -> tuple[float, float]:
+    wall, cpu = _now()
+    return wall - t0[0], cpu - t0[1]
+
+
+def instrument(engine: Any) -> StepTimes:
+    """Wrap the core's step, notify and the runner's forward on this engine instance (engine thread only)."""
+    core, times = engine.core, StepTimes()
+    step, notify, forward = core.step, core.notify, core.runner.forward
+
+    def timed_forward(seqs: Any) -> Any:
+        t0 = _now()
+        out = forward(seqs)
+        wall, cpu = _since(t0)
+        times._fwd = (times._fwd[0] + wall, times._fwd[1] + cpu)
+        return out
+
+    def timed_step() -> Any:
+        times._fwd = (0.0, 0.0)
+        t0 = _now()
+        updated = step()
+        times._busy = _since(t0)
+        return updated
+
+    def timed_notify(updated: Any) -> None:
+        t0 = _now()
+        notify(updated)
+        wall, cpu = _since(t0)
+        if updated:
+            times.overhead.append(times._busy[0] + wall - times._fwd[0])
+            times.overhead_cpu.append(times._busy[1] + cpu - times._fwd[1])
+            times.forward.append(times._fwd[0])
+
+    core.step, core.notify, core.runner.forward = timed_step, timed_notify, timed_forward
+    return times
+
+
+def one_long_stream(engine: Any, tokens: int, logprobs: bool) -> StepTimes:
+    times = instrument(engine)
+    params = {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}
+    last: dict[str, Any] = {}
+    for chunk in engine.generate("Tell me a very long story about a sprig.", params, stream=True,
+                                 return_logprob=logprobs):
+        last = chunk
+    assert len(last["output_ids"]) == tokens, len(last["output_ids"])
+    return times
+
+
+def concurrent_streams(engine: Any, n: int, tokens: int) -> StepTimes:
+    times = instrument(engine)
+    params = {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}
+
+    def read(k: int) -> None:
+        for _ in engine.generate(f"Stream number {k} starts here.", params, stream=True):
+            pass
+
+    readers = [threading.Thread(target=read, args=(k,)) for k in range(n)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+    return times
+
+
+def ms(values: list[float]) -> float:
+    return 1000 * statistics.median(values)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=4000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--concurrent", type=int, default=64)
+    ap.add_argument("--concurrent-tokens", type=int, default=256)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from sprig import Engine
+
+    rows = []
+    with Engine(None, num_threads=args.threads, random_seed=0) as engine:
+        engine.generate("warm up", {"max_new_tokens": 32, "temperature": 0})
+        for logprobs in (False, True):
+            t = one_long_stream(engine, args.tokens, logprobs)
+            # step 0 is the prefill; step k samples token k+1
+            early = slice(100 - WINDOW // 2, 100 + WINDOW // 2)
+            late = slice(-WINDOW, None)
+            rows.append((f"1 stream, logprobs {'on' if logprobs else 'off'}",
+                         ms(t.overhead[early]), ms(t.overhead[late]), ms(t.overhead_cpu[early]),
+                         ms(t.overhead_cpu[late]), ms(t.forward)))
+        t = concurrent_streams(engine, args.concurrent, args.concurrent_tokens)
+        steady = slice(len(t.overhead) // 4, 3 * len(t.overhead) // 4)
+        nan = float("nan")
+        rows.append((f"{args.concurrent} streams x {args.concurrent_tokens}", ms(t.overhead[steady]), nan,
+                     ms(t.overhead_cpu[steady]), nan, ms(t.forward)))
+
+    print(f"engine-thread time per step outside the forward, ms (demo model, {args.threads} thread(s), medians of "
+          f"{WINDOW} steps; 'early' = around token 100, 'late' = the last {WINDOW} of {args.tokens})")
+    print(f"{'case':28s} {'wall early':>10s} {'wall late':>10s} {'ratio':>6s} {'cpu early':>10s} {'cpu late':>10s} "
+          f"{'ratio':>6s} {'forward':>8s}")
+    for name, we, wl, ce, cl, fwd in rows:
+        print(f"{name:28s} {we:10.3f} {wl:10.3f} {wl / we:6.3f} {ce:10.3f} {cl:10.3f} {cl / ce:6.3f} {fwd:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""One tensor-parallel rank: join the group, load this rank's shard, size the KV pool with the others, then run
+every step rank 0 broadcasts until it says stop.
+
+Ranks 1..N-1 run `worker_main` in a process sprig spawns (one machine), or `run_worker` in a process `torchrun`
+started (several machines). Rank 0 runs `build_shard` inside the engine (see `tp_group`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from multiprocessing.connection import Connection
+
+import torch
+import torch.distributed as dist
+
+from sprig.runtime.config import EngineConfig
+from sprig.runtime.distributed.tp_protocol import Command, StepChannel, decode_step
+from sprig.runtime.model.config import load_model_config
+from sprig.runtime.model.decoder import CausalLM
+from sprig.runtime.model.kv_pool import KVPool, PoolSize, choose_pool_size
+from sprig.runtime.model.loader import load_model, resolve_dtype
+from sprig.runtime.model.parallel import Backend, TPContext, rank_device
+from sprig.runtime.model.runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+PARENT_POLL_S = 0.5
+DEFAULT_TIMEOUT_S = 600.0  # a collective waiting longer than this is a hung rank (idle ranks get heartbeats)
+
+
+def collective_timeout() -> timedelta:
+    """The process-group timeout; `SPRIG_TP_TIMEOUT` (seconds) overrides it."""
+    return timedelta(seconds=float(os.environ.get("SPRIG_TP_TIMEOUT", DEFAULT_TIMEOUT_S)))
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank needs to join the group and build its shard."""
+
+    rank: int
+    size: int
+    local_rank: int
+    init_method: str  # tcp://host:port, or env:// under torchrun
+    config: EngineConfig
+    model_path: str
+    parent_pid: int | None = None  # spawned ranks exit when this process goes away
+
+    @property
+    def device(self) -> str:
+        return rank_device(self.config.device, self.local_rank)
+
+    @property
+    def backend(self) -> Backend:
+        return Backend.for_device(self.config.device)
+
+
+def join_group(spec: RankSpec) -> TPContext:
+    """Initialize the default process group for this rank (blocks until every rank has joined)."""
+    if spec.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(spec.device))  # why: NCCL binds each rank to its own GPU
+    if not dist.is_initialized():
+        dist.init_process_group(spec.backend.value, init_method=spec.init_method, rank=spec.rank,
+                                world_size=spec.size, timeout=collective_timeout())
+    return TPContext(dist.get_rank(), dist.get_world_size(), None)
+
+
+def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
+    """Load this rank's shard and a KV pool as large as the tightest rank allows (a collective: all ranks call it)."""
+    cfg = spec.config
+    model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp)
+    dtype = resolve_dtype(cfg.dtype, load_model_config(spec.model_path))
+    size = choose_pool_size(model.layer_cfg, dtype, cfg.page_size, cfg.max_total_tokens, cfg.mem_fraction,
+                            spec.device)
+    pages = torch.tensor([size.num_pages], dtype=torch.int64, device=_collective_device(spec))
+    dist.all_reduce(pages, op=dist.ReduceOp.MIN, group=tp.group)  # why: every rank's pool must hold the same slots
+    size = PoolSize(int(pages.item()), size.page_size)
+    return model, KVPool(model.layer_cfg, size, dtype, spec.device)
+
+
+def _collective_device(spec: RankSpec) -> torch.device:
+    return torch.device(spec.device if spec.backend is Backend.NCCL else "cpu")
+
+
+def serve_steps(spec: RankSpec, tp: TPContext, runner: ModelRunner) -> None:
+    """Run each step rank 0 broadcasts until SHUTDOWN."""
+    channel = StepChannel(tp, _collective_device(spec))
+    while True:
+        command, payload = channel.receive()
+        if command is Command.SHUTDOWN:
+            return
+        if command is Command.STEP and payload is not None:
+            runner.forward(decode_step(payload))
+
+
+def run_worker(spec: RankSpec, report: Connection | None = None) -> int:
+    """A whole non-zero rank: join, load, serve steps, leave. Returns the exit status."""
+    if spec.config.num_threads:
+        torch.set_num_threads(spec.config.num_threads)
+    try:
+        tp = join_group(spec)
+        model, pool = build_shard(spec, tp)
+    except Exception as e:  # noqa: BLE001 - reported to rank 0 as one line
+        message = f"{type(e).__name__}: {e}"
+        logger.error("tensor-parallel rank %d failed to start: %s", spec.rank, message)
+        if report is not None:
+            report.send(("error", message))
+        return 1
+    if report is not None:
+        report.send(("ready", None))
+    try:
+        serve_steps(spec, tp, ModelRunner(model, pool))
+    except Exception as e:  # noqa: BLE001 - a broken peer or a timeout ends this rank
+        print(f"sprig: tensor-parallel rank {spec.rank} stopped: {type(e).__name__}: {e}", file=sys.stderr,
+              flush=True)
+        return 1
+    dist.destroy_process_group()
+    return 0
+
+
+def main() -> None:
+    """Entry point of a rank process that sprig started: reads (spec, report fd) pickled on stdin."""
+    spec, fd = pickle.load(sys.stdin.buffer)
+    worker_main(spec, Connection(fd, readable=False))
+
+
+def worker_main(spec: RankSpec, report: Connection) -> None:
+    """Run a rank that sprig started, reporting readiness or the startup error on `report`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # why: Ctrl-C reaches the whole process group; rank 0 decides
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s rank{spec.rank} %(levelname)s %(message)s")
+    if spec.parent_pid is not None:
+        _exit_with_parent(spec.parent_pid)
+    code = run_worker(spec, report)
+    report.close()
+    os._exit(code)  # why: skip interpreter teardown that could block on a dead peer's sockets
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit as soon as the process that spawned this rank is gone (no orphan ranks)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sprig-tp-parent-watch", daemon=True).start()
+
+
+def torchrun_spec(config: EngineConfig, model_path: str) -> RankSpec | None:
+    """This process's rank under `torchrun` (RANK/WORLD_SIZE/LOCAL_RANK set), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    size = int(os.environ["WORLD_SIZE"])
+    if size != config.tp_size:
+        raise ValueError(f"torchrun started {size} processes but --tp-size is {config.tp_size}")
+    return RankSpec(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", 0)), "env://",
+                    replace(config, model_path=model_path), model_path)
+
+
+def run_torchrun_worker(config: EngineConfig) -> int:
+    """`sprig serve|generate` on a torchrun rank other than 0: be that rank until rank 0 stops. Exit status."""
+    from sprig.runtime.model.checkpoints import demo_model_path
+
+    model_path = str(config.model_path or demo_model_path())
+    spec = torchrun_spec(config, model_path)
+    if spec is None or spec.rank == 0:
+        raise ValueError("run_torchrun_worker needs RANK >= 1 and WORLD_SIZE from torchrun")
+    return run_worker(spec)

@@ -1,0 +1,88 @@
+"""The engine's side of constrained decoding: specs from sampling params, compilation off the loop, masks.
+
+Compilation happens in `sprig.grammar`'s worker pool; callers wait for it on their own thread (or event loop)
+before a request reaches the engine, so a bad schema is an error at submission and the engine loop never waits.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
+from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.errors import RequestError
+
+COMPILE_TIMEOUT_S = 30.0
+
+
+def spec_from_params(params: SamplingParams) -> GrammarSpec | None:
+    """The grammar a request asks for through `json_schema`, `regex` or `choices` (at most one is set)."""
+    try:
+        if params.json_schema is not None:
+            return GrammarSpec.json_schema(params.json_schema)
+        if params.regex is not None:
+            return GrammarSpec.regex(params.regex)
+        if params.choices is not None:
+            return GrammarSpec.choices(params.choices)
+    except GrammarError as e:
+        raise as_request_error(e) from None
+    return None
+
+
+def as_request_error(e: GrammarError) -> RequestError:
+    return RequestError(str(e), param=getattr(e, "param", None) or "json_schema", code=str(getattr(e, "code", "")
+                                                                                              or "invalid_grammar"))
+
+
+class ConstraintService:
+    """Compiles grammars for one tokenizer, lazily starting the compile workers on first use."""
+
+    def __init__(self, hf_tokenizer: Any, eos_token_ids: tuple[int, ...], vocab_size: int, workers: int) -> None:
+        self._hf_tokenizer = hf_tokenizer
+        self._eos = eos_token_ids
+        self._vocab = vocab_size
+        self._workers = workers
+        self._compiler: GrammarCompiler | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def compiler(self) -> GrammarCompiler:
+        with self._lock:
+            if self._compiler is None:
+                info = TokenizerInfo.from_tokenizer(self._hf_tokenizer, self._eos, self._vocab)
+                self._compiler = GrammarCompiler(info, max_workers=self._workers, timeout_s=COMPILE_TIMEOUT_S)
+            return self._compiler
+
+    def submit(self, spec: GrammarSpec) -> Future:
+        return self.compiler.submit(spec)
+
+    def stats(self) -> dict[str, float]:
+        return self._compiler.stats() if self._compiler is not None else {}
+
+    def shutdown(self) -> None:
+        if self._compiler is not None:
+            self._compiler.shutdown()
+
+
+def compiled_or_error(future: Future) -> Any:
+    """The compiled grammar, or a RequestError for a grammar that cannot be compiled."""
+    try:
+        return future.result()
+    except GrammarError as e:
+        raise as_request_error(e) from None
+
+
+def fill_bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
+    """One int32 bitmask row per request (all allowed for unconstrained rows), or None if none is constrained."""
+    if all(m is None for m in matchers):
+        return None
+    words = (vocab_size + 31) // 32
+    bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32)
+    for row, matcher in enumerate(matchers):
+        if matcher is not None:
+            matcher.fill_bitmask(bitmask, row)
+    return bitmask

@@ -1,0 +1,313 @@
+"""The engine's single-threaded core: schedule → one forward → sample → stop checks, step after step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from sprig.radix import RadixCache
+from sprig.runtime.config import EngineConfig
+from sprig.runtime.distributed.tp_group import TPGroup
+from sprig.runtime.engine.constraints import ConstraintService, fill_bitmask
+from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.request import Request, RequestStatus
+from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
+from sprig.runtime.engine.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
+from sprig.runtime.engine.stop_checker import FinishReason, FinishType
+from sprig.runtime.model.checkpoints import demo_model_path
+from sprig.runtime.model.config import load_model_config
+from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
+from sprig.runtime.model.loader import load_model, resolve_dtype
+from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
+from sprig.runtime.model.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineCounters:
+    steps: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    computed_tokens: int = 0  # tokens whose KV a forward computed (prefill + decode)
+    finished_requests: int = 0
+    aborted_requests: int = 0
+    request_errors: int = 0
+    model_time: float = 0.0
+    step_time: float = 0.0
+    decode_steps: int = 0
+    decode_batch_tokens: int = 0
+    jump_forward_tokens: int = 0
+    recent_step_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+
+
+class EngineCore:
+    """Owns the model, KV pool, radix tree, scheduler and sampler. Not thread-safe: one loop drives it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model_path = str(config.model_path or demo_model_path())
+        load_model_config(self.model_path)  # config problems are reported before tokenizer ones
+        self.tokenizer = Tokenizer(self.model_path)
+        # Tensor parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
+        self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 else None
+        if self.tp is not None:
+            assert self.tp.model is not None and self.tp.pool is not None  # start() returns a loaded group
+            self.model = self.tp.model
+        else:
+            self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
+                                    config.attention_backend)
+        self.model_config = self.model.cfg
+        self.context_length = min(config.context_length or self.model_config.context_length,
+                                  self.model_config.context_length)
+        dtype = resolve_dtype(config.dtype, load_model_config(self.model_path))
+        if self.tp is None:
+            size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
+                                    config.mem_fraction, config.device)
+            self.pool = KVPool(self.model_config, size, dtype, config.device)
+        else:
+            assert self.tp.pool is not None
+            self.pool = self.tp.pool  # this rank's KV heads, as many slots as the tightest rank allows
+        self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache)
+        self.kv = KVCacheManager(self.pool, self.tree)
+        self.scheduler = Scheduler(self.kv, SchedulerConfig(
+            max_running_requests=config.max_running_requests,
+            chunked_prefill_size=config.chunked_prefill_size,
+            policy=SchedulePolicy(config.schedule_policy),
+            mixed_chunk=not config.disable_mixed_chunk,
+            init_new_token_ratio=0.7 * config.schedule_conservativeness,
+            min_new_token_ratio=0.15 * config.schedule_conservativeness,
+        ))
+        self.runner = ModelRunner(self.model, self.pool) if self.tp is None else self.tp.runner()
+        if config.device.startswith("cuda") and not config.disable_cuda_graph and self.tp is None:
+            self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
+        self.sampler = Sampler(seed=config.random_seed, device=config.device)
+        self.vocab_size = self.model_config.vocab_size
+        self.eos_token_ids = tuple(self.model_config.eos_token_ids) or (
+            (self.tokenizer.eos_token_id,) if self.tokenizer.eos_token_id is not None else ()
+        )
+        self.requests: dict[str, Request] = {}
+        self.counters = EngineCounters()
+        self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
+                                         config.grammar_workers)
+
+    # --- requests --------------------------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        self.requests[req.rid] = req
+        self.scheduler.add(req)
+        self.counters.prompt_tokens += len(req.prompt_ids)
+
+    def add_requests(self, reqs: list[Request]) -> None:
+        for req in reqs:
+            self.add_request(req)
+
+    def abort(self, rid: str, error: str | None = None) -> None:
+        """Abort a request at any stage; unknown or finished ids are ignored (abort is idempotent)."""
+        req = self.requests.get(rid)
+        if req is None or req.finished:
+            return
+        req.abort(error)
+        self._retire(req)
+
+    def abort_all(self, error: str | None = None) -> None:
+        for rid in list(self.requests):
+            self.abort(rid, error)
+
+    def has_work(self) -> bool:
+        # A failed tensor-parallel group counts as work so an idle loop wakes up and step() reports it.
+        return self.scheduler.has_work() or (self.tp is not None and self.tp.failed)
+
+    def shutdown(self) -> None:
+        """Release what outlives the loop thread: the other tensor-parallel ranks."""
+        if self.tp is not None:
+            self.tp.shutdown()
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; refused (False) while requests hold KV."""
+        if self.scheduler.has_work():
+            return False
+        self.kv.flush()
+        return True
+
+    # --- one step --------------------------------------------------------------------------------------
+    def step(self) -> list[Request]:
+        """Run one scheduling step; returns the requests whose output changed."""
+        if self.tp is not None:
+            self.tp.raise_if_failed()
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan:
+            return []
+        seqs = [self._seq_input(s) for s in plan]
+        t1 = time.perf_counter()
+        out = self.runner.forward(seqs)
+        self.counters.model_time += time.perf_counter() - t1
+        updated = self._process(plan, out)
+        self._count_step(plan, time.perf_counter() - t0)
+        return updated
+
+    def _seq_input(self, s: ScheduledSeq) -> SeqInput:
+        req = s.req
+        ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
+        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
+
+    def _wants_prompt_logprobs(self, s: ScheduledSeq) -> bool:
+        lp = s.req.logprobs
+        if not lp.return_logprob or lp.logprob_start_len < 0:
+            return False
+        return s.req.kv_len < len(s.req.prompt_ids) and s.req.kv_len + s.num_tokens > lp.logprob_start_len - 1
+
+    def _count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
+        c = self.counters
+        c.steps += 1
+        c.step_time += elapsed
+        tokens = sum(s.num_tokens for s in plan)
+        c.computed_tokens += tokens
+        c.recent_step_tokens.append(tokens)  # bounded deque: no per-step list copy
+        if all(s.num_tokens == 1 for s in plan):
+            c.decode_steps += 1
+            c.decode_batch_tokens += tokens
+
+    def _process(self, plan: list[ScheduledSeq], out: StepOutput) -> list[Request]:
+        to_sample: list[tuple[int, Request]] = []
+        for i, s in enumerate(plan):
+            req = s.req
+            if self._wants_prompt_logprobs(s):
+                self._guard(req, self._record_prompt_logprobs, req, out, i)
+            done = s.completes_fill
+            req.kv_len += s.num_tokens
+            if req.finished:
+                continue
+            if s.num_tokens > 1:
+                self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
+            if done and req.params.max_new_tokens == 0:
+                req.finish(FinishReason(FinishType.LENGTH))  # prompt-only (e.g. prompt logprobs): no sampling
+            elif done:
+                to_sample.append((i, req))
+        if to_sample:
+            self._sample(to_sample, out)
+        for s in plan:
+            if s.req.finished:
+                self._retire(s.req)
+        return [r for _, r in to_sample]
+
+    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput) -> None:
+        reqs = [r for _, r in rows]
+        logits = out.last_rows([i for i, _ in rows])
+        batch = SamplingBatch.build(
+            [r.params for r in reqs], [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
+            self.vocab_size, self.eos_token_ids,
+            return_logprob=[r.logprobs.return_logprob for r in reqs],
+            top_logprobs_num=[r.logprobs.top_logprobs_num for r in reqs],
+            device=logits.device,
+            histories=[r.penalties for r in reqs],
+        )
+        bitmask = fill_bitmask([r.matcher for r in reqs], self.vocab_size)
+        result = self.sampler.sample(logits, batch, bitmask)
+        next_ids = result.next_token_ids.tolist()
+        for j, req in enumerate(reqs):
+            self._guard(req, self._append_sampled, req, next_ids[j], result, j)
+
+    def _append_sampled(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        if req.logprobs.return_logprob and result.logprobs is not None:
+            top = [(v, i) for i, v in result.top_logprobs_of(row)]
+            req.output_logprobs.append((float(result.logprobs[row]), token, top))
+        tokens = [token] if req.matcher is None else self._advance_grammar(req, token)
+        for tok in tokens:
+            req.append_output(tok)
+            self.counters.generated_tokens += 1
+            step = req.stop.step(tok, req.detok)
+            req.text_delta += step.delta
+            if step.finish is not None:
+                req.finish(step.finish)
+                return
+        if req.matcher is not None and req.matcher.is_terminated():
+            req.text_delta += req.stop.abort(req.detok).delta  # release held-back text
+            req.finish(FinishReason(FinishType.STOP, tokens[-1]))
+
+    def _advance_grammar(self, req: Request, token: int) -> list[int]:
+        """Feed the sampled token to the matcher; add the text the grammar forces next (jump-forward)."""
+        matcher = req.matcher
+        if not matcher.accept_token(token):
+            raise RuntimeError(f"grammar rejected sampled token {token}")
+        if self.config.disable_jump_forward or matcher.is_terminated():
+            return [token]
+        jump = matcher.find_jump_forward_tokens()
+        if jump is None:
+            return [token]
+        # The forced text is re-tokenized together with the sampled token (rollback 1) or after it (rollback 0).
+        matcher.rollback(jump.rollback)
+        if not matcher.accept_tokens(jump.token_ids):
+            if jump.rollback:
+                matcher.accept_token(token)
+            return [token]
+        self.counters.jump_forward_tokens += len(jump.token_ids) - jump.rollback
+        if req.logprobs.return_logprob:
+            if jump.rollback:
+                req.output_logprobs.pop()
+            req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
+        return ([] if jump.rollback else [token]) + list(jump.token_ids)
+
+    def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int) -> None:
+        """Logprob of each prompt token from logprob_start_len, given the tokens before it."""
+        lp = req.logprobs
+        start, count, first_pos = out.row_start[i], out.row_count[i], req.kv_len
+        rows = out.logits[start : start + count]
+        logprobs = torch.log_softmax(rows.float(), dim=-1)
+        k = lp.top_logprobs_num
+        top_v, top_i = (logprobs.topk(k, dim=-1) if k > 0 else (None, None))
+        if lp.logprob_start_len == 0 and req.kv_len == 0 and not req.input_logprobs:
+            req.input_logprobs.append((None, req.prompt_ids[0], []))
+        for r in range(count):
+            pos = first_pos + r + 1  # the prompt position this row predicts
+            if pos < lp.logprob_start_len or pos >= len(req.prompt_ids):
+                continue
+            tok = req.prompt_ids[pos]
+            top = list(zip(top_v[r].tolist(), top_i[r].tolist(), strict=True)) if top_v is not None and \
+                top_i is not None else []
+            req.input_logprobs.append((float(logprobs[r, tok]), tok, top))
+
+    def _guard(self, req: Request, fn, *args) -> None:
+        """Run one request's post-processing; an exception fails that request only."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - isolate any per-request failure from the batch
+            logger.exception("request %s failed in post-processing", req.rid)
+            self.counters.request_errors += 1
+            req.abort(f"internal error while processing the request: {type(e).__name__}")
+
+    def _retire(self, req: Request) -> None:
+        if req.status is not RequestStatus.FINISHED:
+            return
+        self.scheduler.remove(req)
+        self.requests.pop(req.rid, None)
+        if req.finish_reason is not None and req.finish_reason.type.value == "abort":
+            self.counters.aborted_requests += 1
+        else:
+            self.counters.finished_requests += 1
+        self.counters.cached_tokens += req.cached_tokens
+        if req.on_update is not None:
+            try:
+                req.on_update(req, True)
+            except Exception:  # noqa: BLE001 - a caller that went away must not stop the engine
+                logger.debug("could not deliver the result of %s", req.rid, exc_info=True)
+
+    def notify(self, updated: list[Request]) -> None:
+        """Report progress to streaming callers; a caller that is gone gets its request aborted."""
+        for req in updated:
+            if req.finished or req.on_update is None:
+                continue
+            try:
+                req.on_update(req, False)
+            except Exception:  # noqa: BLE001
+                req.on_update = None
+                self.abort(req.rid, "the caller went away")

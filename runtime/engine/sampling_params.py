@@ -1,0 +1,272 @@
+"""Per-request sampling parameters: the SGLang-style `sampling_params` dict, parsed and validated.
+
+`SamplingParams.from_dict` turns the dict a user sends into a dataclass (normalising only the shapes SGLang
+accepts: `stop` as one string, `logit_bias` keys as decimal strings, `None` meaning "the default"), and
+`SamplingParams.validate` checks every value against the model before anything is allocated. Every failure is a
+`SamplingParamsError` (a `ValueError`) whose `param` names the field and whose `code` is a stable string, so the
+HTTP layer can answer 400 with `{"param", "code"}` (docs/architecture.md, "Errors").
+
+Policies worth knowing:
+- ``temperature == 0`` (or below 1e-6, as in SGLang) means greedy, as does ``top_k == 1``; ``n > 1`` with greedy
+  is rejected (it would return n identical answers).
+- ``max_new_tokens == 0`` is allowed (prompt-only requests, e.g. for prompt logprobs).
+- Numbers are never clamped: out-of-range values are errors. `bool` is not accepted where a number is expected.
+- `seed` is an int in [0, 2**63); the same seed and prompt give the same output whatever else is batched.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from sprig.runtime.errors import RequestError
+
+
+class ErrorCode(str, Enum):
+    """Stable machine-readable reasons carried by `SamplingParamsError.code`."""
+
+    INVALID_TYPE = "invalid_type"
+    NOT_FINITE = "not_finite"
+    OUT_OF_RANGE = "out_of_range"
+    UNKNOWN_PARAMETER = "unknown_parameter"
+    EMPTY = "empty"
+    TOO_MANY = "too_many"
+    TOO_LONG = "too_long"
+    CONFLICT = "conflicting_parameters"
+
+
+class SamplingParamsError(RequestError):
+    """An invalid sampling parameter; `param` is the field name, `code` an `ErrorCode` value (a str)."""
+
+    def __init__(self, param: str | None, code: ErrorCode, message: str) -> None:
+        super().__init__(message, param=param, code=code.value)
+
+
+# Bounds that are not model-dependent; `validate` takes the model-dependent ones as arguments.
+MAX_STOP_STRINGS = 64
+MAX_STOP_STRING_CHARS = 1024
+MAX_LOGIT_BIAS = 100.0
+MAX_SEED = 2**63
+DEFAULT_MAX_NEW_TOKENS_LIMIT = 1 << 20
+GREEDY_EPS = 1e-6  # temperatures below this sample greedily
+
+
+@dataclass
+class SamplingParams:
+    """How one request samples and when it stops; field names and defaults follow SGLang's native API."""
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    n: int = 1
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    json_schema: str | None = None
+    regex: str | None = None
+    choices: list[str] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when the next token is the argmax of the processed logits: temperature below `GREEDY_EPS`
+        (0, or so small that dividing by it would overflow; SGLang's rule) or top_k == 1."""
+        return self.temperature < GREEDY_EPS or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        """True when any of the three penalties changes the logits."""
+        return self.frequency_penalty != 0.0 or self.presence_penalty != 0.0 or self.repetition_penalty != 1.0
+
+    @property
+    def has_constraint(self) -> bool:
+        """True when output is constrained by a JSON schema, a regex or a list of choices."""
+        return self.json_schema is not None or self.regex is not None or self.choices is not None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Build from an SGLang-style dict; unknown keys are rejected, `None` values mean the default.
+
+        Only shapes are normalised here (`stop` str -> [str], `logit_bias` "123" keys -> 123); call
+        `validate` for types and ranges.
+        """
+        if d is None:
+            return cls()
+        if not isinstance(d, dict):
+            raise SamplingParamsError("sampling_params", ErrorCode.INVALID_TYPE, "sampling_params must be an object")
+        known = _FIELD_NAMES
+        for key in d:
+            if key not in known:
+                shown = str(key)[:64]
+                raise SamplingParamsError(shown, ErrorCode.UNKNOWN_PARAMETER, f"unknown sampling parameter {shown!r}")
+        kwargs = {k: v for k, v in d.items() if v is not None}
+        if isinstance(kwargs.get("stop"), str):
+            kwargs["stop"] = [kwargs["stop"]]
+        if "logit_bias" in kwargs:
+            kwargs["logit_bias"] = _normalise_bias_keys(kwargs["logit_bias"])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form accepted by `from_dict` (a copy)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["stop"] = list(self.stop)
+        out["stop_token_ids"] = list(self.stop_token_ids)
+        out["logit_bias"] = dict(self.logit_bias)
+        return out
+
+    def validate(
+        self,
+        vocab_size: int,
+        max_n: int = 128,
+        max_new_tokens_limit: int = DEFAULT_MAX_NEW_TOKENS_LIMIT,
+        max_stop_strings: int = MAX_STOP_STRINGS,
+        max_stop_chars: int = MAX_STOP_STRING_CHARS,
+    ) -> SamplingParams:
+        """Check every field against `vocab_size` (the model's, not the tokenizer's) and the limits; return self.
+
+        Raises `SamplingParamsError` for the first offending field.
+        """
+        self._validate_lengths(max_new_tokens_limit)
+        self._validate_floats()
+        _check_int(self.top_k, "top_k")
+        if self.top_k != -1 and not 1 <= self.top_k <= vocab_size:
+            _fail("top_k", ErrorCode.OUT_OF_RANGE, f"top_k must be -1 or in [1, {vocab_size}]")
+        self._validate_n_and_seed(max_n)
+        self._validate_stop(vocab_size, max_stop_strings, max_stop_chars)
+        self._validate_logit_bias(vocab_size)
+        self._validate_constraint()
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a boolean")
+        return self
+
+    def _validate_lengths(self, limit: int) -> None:
+        _check_int(self.max_new_tokens, "max_new_tokens")
+        _check_int(self.min_new_tokens, "min_new_tokens")
+        if not 0 <= self.max_new_tokens <= limit:
+            _fail("max_new_tokens", ErrorCode.OUT_OF_RANGE, f"max_new_tokens must be in [0, {limit}]")
+        if self.min_new_tokens < 0:
+            _fail("min_new_tokens", ErrorCode.OUT_OF_RANGE, "min_new_tokens must be >= 0")
+        if self.min_new_tokens > self.max_new_tokens:
+            _fail("min_new_tokens", ErrorCode.OUT_OF_RANGE, "min_new_tokens must be <= max_new_tokens")
+
+    def _validate_floats(self) -> None:
+        for name in _FLOAT_FIELDS:
+            _check_float(getattr(self, name), name)
+        if self.temperature < 0:
+            _fail("temperature", ErrorCode.OUT_OF_RANGE, "temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            _fail("top_p", ErrorCode.OUT_OF_RANGE, "top_p must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            _fail("min_p", ErrorCode.OUT_OF_RANGE, "min_p must be in [0, 1]")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                _fail(name, ErrorCode.OUT_OF_RANGE, f"{name} must be in [-2, 2]")
+        if self.repetition_penalty <= 0:
+            _fail("repetition_penalty", ErrorCode.OUT_OF_RANGE, "repetition_penalty must be > 0")
+
+    def _validate_n_and_seed(self, max_n: int) -> None:
+        _check_int(self.n, "n")
+        if not 1 <= self.n <= max_n:
+            _fail("n", ErrorCode.OUT_OF_RANGE, f"n must be in [1, {max_n}]")
+        if self.n > 1 and self.is_greedy:
+            _fail("n", ErrorCode.CONFLICT, "n > 1 needs sampling (temperature > 0 and top_k != 1)")
+        if self.seed is not None:
+            _check_int(self.seed, "seed")
+            if not 0 <= self.seed < MAX_SEED:
+                _fail("seed", ErrorCode.OUT_OF_RANGE, "seed must be in [0, 2**63)")
+
+    def _validate_stop(self, vocab_size: int, max_strings: int, max_chars: int) -> None:
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) for s in self.stop):
+            _fail("stop", ErrorCode.INVALID_TYPE, "stop must be a string or a list of strings")
+        if len(self.stop) > max_strings:
+            _fail("stop", ErrorCode.TOO_MANY, f"stop allows at most {max_strings} strings")
+        for s in self.stop:
+            if not s:
+                _fail("stop", ErrorCode.EMPTY, "stop strings must not be empty")
+            if len(s) > max_chars:
+                _fail("stop", ErrorCode.TOO_LONG, f"stop strings must be at most {max_chars} characters")
+        _check_token_ids(self.stop_token_ids, "stop_token_ids", vocab_size)
+
+    def _validate_logit_bias(self, vocab_size: int) -> None:
+        if not isinstance(self.logit_bias, dict):
+            _fail("logit_bias", ErrorCode.INVALID_TYPE, "logit_bias must be an object of token id -> bias")
+        _check_token_ids(list(self.logit_bias), "logit_bias", vocab_size)
+        for value in self.logit_bias.values():
+            _check_float(value, "logit_bias")
+            if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+                _fail("logit_bias", ErrorCode.OUT_OF_RANGE, "logit_bias values must be in [-100, 100]")
+
+    def _validate_constraint(self) -> None:
+        given = [name for name in ("json_schema", "regex", "choices") if getattr(self, name) is not None]
+        if len(given) > 1:
+            _fail(given[1], ErrorCode.CONFLICT, "at most one of json_schema, regex, choices may be set")
+        for name in ("json_schema", "regex"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a string")
+        if self.choices is not None:
+            if not isinstance(self.choices, list) or not all(isinstance(c, str) for c in self.choices):
+                _fail("choices", ErrorCode.INVALID_TYPE, "choices must be a list of strings")
+            if not self.choices:
+                _fail("choices", ErrorCode.EMPTY, "choices must not be empty")
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
+_INT_KEY = re.compile(r"-?[0-9]{1,12}")  # bounded so a 10**6-digit key never reaches int()
+_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
+
+
+def _fail(param: str, code: ErrorCode, message: str) -> None:
+    raise SamplingParamsError(param, code, message)
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int subclass in Python, but `true` is never a valid count or id.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_int(value: object, name: str) -> None:
+    if not _is_int(value):
+        _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be an integer")
+
+
+def _check_float(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a number")
+    if not math.isfinite(float(value)):  # type: ignore[arg-type]
+        _fail(name, ErrorCode.NOT_FINITE, f"{name} must be finite")
+
+
+def _check_token_ids(ids: object, name: str, vocab_size: int) -> None:
+    if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+        _fail(name, ErrorCode.INVALID_TYPE, f"{name} must hold integer token ids")
+        return
+    for i in ids:
+        if not 0 <= i < vocab_size:
+            _fail(name, ErrorCode.OUT_OF_RANGE, f"{name} token ids must be in [0, {vocab_size})")
+
+
+def _normalise_bias_keys(bias: object) -> object:
+    """Turn JSON's string keys ("123") into ints; anything else that is not an int key is a type error."""
+    if not isinstance(bias, dict):
+        return bias  # validate() reports the type
+    out: dict[int, Any] = {}
+    for key, value in bias.items():
+        if (isinstance(key, str) and _INT_KEY.fullmatch(key)) or _is_int(key):
+            out[int(key)] = value
+        else:
+            raise SamplingParamsError("logit_bias", ErrorCode.INVALID_TYPE, "logit_bias keys must be integer token ids")
+    return out

@@ -1,0 +1,184 @@
+"""Continuous batching: which requests run in the next step, with how many tokens each.
+
+Each step runs every decoding request (one token each) plus prefill chunks under a token budget. Waiting
+requests are admitted against free + evictable KV with a reserve for the running requests' future tokens, in
+priority order, then longest cached prefix first (arrival order when the queue is long). When decode runs out of
+pages the newest running requests are preempted: their KV is released (cached in the tree where possible),
+their tokens kept, and they are resumed later from the waiting queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from sprig.radix import RadixCache
+from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.request import Request, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+LPM_QUEUE_LIMIT = 128  # beyond this many waiting requests, prefix matching them all costs more than it saves
+INBATCH_SHARE_MIN = 32  # defer a request sharing this many uncached tokens with one admitted this step
+RESERVE_CLIP = 4096  # future tokens counted per request at most
+
+
+class SchedulePolicy(str, Enum):
+    LPM = "lpm"  # longest cached prefix first
+    FCFS = "fcfs"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running_requests: int = 256
+    chunked_prefill_size: int = 512
+    policy: SchedulePolicy = SchedulePolicy.LPM
+    mixed_chunk: bool = True  # prefill chunks ride along with decode steps; False alternates the two
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.15
+    new_token_ratio_decay: float = 0.002
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    req: Request
+    num_tokens: int  # compute KV for fill_ids[kv_len : kv_len + num_tokens]
+
+    @property
+    def completes_fill(self) -> bool:
+        """This step computes the request's last known token, so the step samples its next one."""
+        return self.req.kv_len + self.num_tokens == self.req.num_fill
+
+
+class Scheduler:
+    def __init__(self, kv: KVCacheManager, config: SchedulerConfig) -> None:
+        self.kv = kv
+        self.config = config
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.new_token_ratio = config.init_new_token_ratio
+        self.num_preemptions = 0
+        self._last_step_prefilled = False
+
+    # --- queue -----------------------------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, req: Request) -> None:
+        """Take a finished or aborted request out and give back its KV."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.release(req, cache=req.kv_len > 0)
+
+    # --- one step --------------------------------------------------------------------------------------
+    def schedule(self) -> list[ScheduledSeq]:
+        alternate = not self.config.mixed_chunk
+        decode_turn = alternate and self._last_step_prefilled
+        plan = self._schedule_decodes() if not alternate or decode_turn else []
+        if decode_turn and plan:
+            self._last_step_prefilled = False
+            return plan
+        budget = self.config.chunked_prefill_size
+        for req in [r for r in self.running if r.is_prefilling]:
+            if budget <= 0:
+                break
+            n = min(req.num_fill - req.kv_len, budget)
+            if self.kv.ensure_capacity(req, req.kv_len + n):
+                plan.append(ScheduledSeq(req, n))
+                budget -= n
+        if budget > 0:
+            plan.extend(self._admit(budget))
+        self._last_step_prefilled = any(s.num_tokens > 1 or not s.req.output_ids for s in plan)
+        if alternate and not plan:
+            plan = self._schedule_decodes()  # nothing to prefill: decode now rather than idle a step
+        self.new_token_ratio = max(
+            self.config.min_new_token_ratio, self.new_token_ratio - self.config.new_token_ratio_decay
+        )
+        return plan
+
+    def _schedule_decodes(self) -> list[ScheduledSeq]:
+        plan: list[ScheduledSeq] = []
+        for req in [r for r in self.running if not r.is_prefilling]:
+            while req.status is RequestStatus.RUNNING and not self.kv.ensure_capacity(req, req.kv_len + 1):
+                self._preempt(self.running[-1])
+            if req.status is RequestStatus.RUNNING:
+                plan.append(ScheduledSeq(req, 1))
+        return plan
+
+    def _preempt(self, req: Request) -> None:
+        """Retract a running request: free its KV (cached where possible) and queue it to resume first."""
+        self.running.remove(req)
+        self.kv.release(req, cache=True)
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        self.new_token_ratio = self.config.init_new_token_ratio
+        logger.debug("preempted %s after %d output tokens", req.rid, len(req.output_ids))
+
+    # --- admission -------------------------------------------------------------------------------------
+    def _future_tokens(self, req: Request) -> int:
+        left = max(req.params.max_new_tokens - len(req.output_ids), 0)
+        return int(min(left, RESERVE_CLIP) * self.new_token_ratio)
+
+    def _match_limit(self, req: Request) -> int:
+        limit = req.num_fill - 1  # the last token is always computed: its logits pick the next token
+        if req.logprobs.return_logprob and 0 <= req.logprobs.logprob_start_len < len(req.prompt_ids):
+            limit = min(limit, max(req.logprobs.logprob_start_len - 1, 0))  # those logits must be computed
+        return limit
+
+    def _ordered_waiting(self) -> list[Request]:
+        reqs = list(self.waiting)
+        if self.config.policy is SchedulePolicy.LPM and len(reqs) <= LPM_QUEUE_LIMIT:
+            reqs.sort(key=lambda r: (-r.priority, -self._cached_prefix_len(r), r.arrival))
+        else:
+            reqs.sort(key=lambda r: (-r.priority, r.arrival))
+        return reqs
+
+    def _cached_prefix_len(self, req: Request) -> int:
+        """How much of a waiting request the tree holds; matched again only when the tree or the request changed."""
+        tree = self.kv.tree
+        version, fill, matched = req.prefix_memo
+        if version != tree.version or fill != req.num_fill:
+            matched = len(tree.match_prefix(req.fill_ids[: self._match_limit(req)], namespace=req.namespace).slots)
+            req.prefix_memo = (tree.version, req.num_fill, matched)
+        return matched
+
+    def _admit(self, budget: int) -> list[ScheduledSeq]:
+        plan: list[ScheduledSeq] = []
+        reserved = sum(self._future_tokens(r) for r in self.running)
+        in_batch = RadixCache(page_size=1)  # uncached prompts admitted this step, to spot shared prefixes
+        for req in self._ordered_waiting():
+            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+                break
+            self.kv.match(req, self._match_limit(req))
+            uncached = req.fill_ids[req.kv_len :]
+            if len(in_batch.match_prefix(uncached, namespace=req.namespace).slots) >= INBATCH_SHARE_MIN:
+                self.kv.release(req, cache=False)  # next step it will find that prefix in the tree
+                continue
+            need = len(uncached) + self._future_tokens(req)
+            n = min(len(uncached), budget)
+            if need > self.kv.available_tokens - reserved or not self.kv.ensure_capacity(req, req.kv_len + n):
+                self.kv.release(req, cache=False)
+                break
+            in_batch.insert(uncached, np.zeros(len(uncached), dtype=np.int64), namespace=req.namespace)
+            reserved += self._future_tokens(req)
+            self.waiting.remove(req)
+            self.running.append(req)
+            req.status = RequestStatus.RUNNING
+            if not req.admitted:
+                req.admitted = True
+                req.cached_tokens = req.kv_len
+            plan.append(ScheduledSeq(req, n))
+            budget -= n
+        return plan
+

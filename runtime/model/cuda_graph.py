@@ -1,0 +1,117 @@
+"""Decode steps replayed from CUDA graphs: static input buffers, batch sizes padded to a captured size.
+
+A decode step is the same kernels with the same shapes every time once the batch is padded to one of a few
+sizes and page tables are padded to the longest context, so it can be captured once per size and replayed
+with no Python or launch overhead. Padding rows write their K/V into a scratch page that no request owns.
+With `use_graphs=False` the same static-buffer path runs eagerly: that is how it is tested on a CPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from sprig.kernels.attention import AttentionMetadata
+from sprig.runtime.model.decoder import CausalLM, ForwardBatch
+from sprig.runtime.model.kv_pool import KVPool
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
+
+
+class DecodeGraphRunner:
+    """Runs decode-only steps of up to `max(batch_sizes)` sequences from static buffers."""
+
+    def __init__(self, model: CausalLM, pool: KVPool, max_context: int, batch_sizes: Sequence[int],
+                 use_graphs: bool) -> None:
+        self.model = model
+        self.pool = pool
+        self.device = model.embed_tokens.weight.device
+        self.page_size = pool.page_size
+        self.max_pages = -(-max_context // pool.page_size)
+        self.batch_sizes = sorted(set(batch_sizes))
+        self.scratch_slot = pool.scratch_page * pool.page_size
+        b, dev = self.batch_sizes[-1], self.device
+        self.input_ids = torch.zeros(b, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(b, dtype=torch.int64, device=dev)
+        self.out_slots = torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev)
+        self.pages = torch.full((b, self.max_pages), pool.scratch_page, dtype=torch.int64, device=dev)
+        self.mask = torch.zeros(b, 1, 1, self.max_pages * pool.page_size, dtype=torch.bool, device=dev)
+        self.lens = torch.ones(b, dtype=torch.int64, device=dev)
+        self.rows = torch.arange(b, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        if use_graphs:
+            self.capture_all()
+
+    # --- eligibility ---------------------------------------------------------------------------------
+    def can_run(self, seqs: Sequence) -> bool:
+        """Decode-only steps that fit the buffers (one token each, no prompt logprobs)."""
+        if not seqs or len(seqs) > self.batch_sizes[-1]:
+            return False
+        return all(len(s.token_ids) == 1 and not s.all_logits and s.prefix_len < self.max_pages * self.page_size
+                   for s in seqs)
+
+    def bucket(self, n: int) -> int:
+        return self.batch_sizes[bisect.bisect_left(self.batch_sizes, n)]
+
+    # --- static batch --------------------------------------------------------------------------------
+    def _batch(self, b: int) -> ForwardBatch:
+        meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], (),
+                                 decode_lens=self.lens[:b])
+        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, self.rows[:b])
+
+    def _fill(self, seqs: Sequence, b: int) -> None:
+        """Copy this step's inputs into the static buffers; rows past len(seqs) become harmless padding."""
+        p = self.page_size
+        ids = torch.zeros(b, dtype=torch.int64)
+        pos = torch.zeros(b, dtype=torch.int64)
+        slots = torch.full((b,), self.scratch_slot, dtype=torch.int64)
+        pages = torch.full((b, self.max_pages), self.pool.scratch_page, dtype=torch.int64)
+        lens = torch.ones(b, dtype=torch.int64)  # a padding row attends its scratch key: no empty softmax
+        for i, s in enumerate(seqs):
+            ids[i] = s.token_ids[0]
+            pos[i] = s.prefix_len
+            table = torch.as_tensor(s.pages, dtype=torch.int64)
+            pages[i, : len(table)] = table
+            slots[i] = table[s.prefix_len // p] * p + s.prefix_len % p
+            lens[i] = s.prefix_len + 1
+        mask = torch.arange(self.max_pages * p).unsqueeze(0) < lens.unsqueeze(1)
+        nb = self.device.type == "cuda"
+        self.input_ids[:b].copy_(ids, non_blocking=nb)
+        self.positions[:b].copy_(pos, non_blocking=nb)
+        self.out_slots[:b].copy_(slots, non_blocking=nb)
+        self.pages[:b].copy_(pages, non_blocking=nb)
+        self.mask[:b].copy_(mask[:, None, None, :], non_blocking=nb)
+        self.lens[:b].copy_(lens, non_blocking=nb)
+
+    # --- capture and replay --------------------------------------------------------------------------
+    def capture_all(self) -> None:
+        """Capture one graph per batch size, largest first so smaller ones reuse its memory pool."""
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        for b in reversed(self.batch_sizes):
+            batch = self._batch(b)
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm-up: lazy inits and autotuning happen outside the capture
+                    self.model(batch, self.pool.k_caches, self.pool.v_caches)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                self.outputs[b] = self.model(batch, self.pool.k_caches, self.pool.v_caches)
+            self.graphs[b] = graph
+        torch.cuda.synchronize()
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.batch_sizes)
+
+    def run(self, seqs: Sequence) -> torch.Tensor:
+        """Next-token logits [len(seqs), vocab] for a decode-only step."""
+        b = self.bucket(len(seqs))
+        self._fill(seqs, b)
+        if b in self.graphs:
+            self.graphs[b].replay()
+            return self.outputs[b][: len(seqs)]
+        return self.model(self._batch(b), self.pool.k_caches, self.pool.v_caches)[: len(seqs)]

@@ -1,0 +1,256 @@
+"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+from tqdm import tqdm
+
+from sprig.kernels.backend import get_kernels
+from sprig.kernels.cpu_gemm import amx_supports
+from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model import host_memory
+from sprig.runtime.model.config import ModelConfig, load_model_config
+from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, can_pack_for_onednn
+from sprig.runtime.model.parallel import TPContext
+from sprig.runtime.model.quantization import QUANTIZATION_METHODS, Int8Linear
+from sprig.runtime.model.rope import rope_cos_sin_cache
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+PROGRESS_BAR_BYTES = 256 << 20  # only large checkpoints get a progress bar
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+
+
+@dataclass(frozen=True)
+class SourceSlice:
+    """The part of a checkpoint tensor one tensor-parallel rank reads: [start, start + length) along `dim`."""
+
+    dim: int
+    start: int
+    length: int
+    full: int  # the tensor's size along `dim` in a well-formed checkpoint
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one checkpoint tensor goes: rows [row_start, row_start + rows) of a parameter."""
+
+    module: nn.Module
+    attr: str
+    row_start: int = 0
+    rows: int | None = None  # None: the whole parameter
+    source: SourceSlice | None = None  # None: the whole checkpoint tensor
+
+
+def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
+    """`auto` takes the checkpoint's dtype; others by name."""
+    key = cfg.torch_dtype if name == "auto" else name
+    if key not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {name!r}; supported: auto, float32, bfloat16, float16")
+    return DTYPES[key]
+
+
+def _weight_targets(model: CausalLM) -> dict[str, Target]:
+    cfg, local, plan = model.cfg, model.layer_cfg, model.plan
+    sharded = model.tp.enabled
+
+    def src(dim: int, start: int, length: int, full: int) -> SourceSlice | None:
+        return SourceSlice(dim, start, length, full) if sharded else None  # why: size 1 reads whole tensors
+
+    vocab = src(0, plan.vocab_start, plan.vocab_real, cfg.vocab_size)
+    targets = {"model.embed_tokens.weight": Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab),
+               "model.norm.weight": Target(model.norm, "weight")}
+    if model.lm_head is not None:
+        targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
+    d = cfg.head_dim
+    q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
+    kv_src = src(0, plan.kv_head_start * d, local.kv_size, cfg.kv_size)
+    mlp_src = src(0, plan.intermediate_start, local.intermediate_size, cfg.intermediate_size)
+    for i, layer in enumerate(model.layers):
+        assert isinstance(layer, DecoderLayer)  # a ModuleList yields plain Modules
+        p = f"model.layers.{i}."
+        attn, mlp = layer.self_attn, layer.mlp
+        offsets = {"q": (0, local.q_size, q_src), "k": (local.q_size, local.kv_size, kv_src),
+                   "v": (local.q_size + local.kv_size, local.kv_size, kv_src)}
+        for name, (start, rows, source) in offsets.items():
+            targets[f"{p}self_attn.{name}_proj.weight"] = Target(attn.qkv_proj, "weight", start, rows, source)
+            if cfg.attention_bias:
+                targets[f"{p}self_attn.{name}_proj.bias"] = Target(attn.qkv_proj, "bias", start, rows, source)
+        o_src = src(1, plan.head_start * d, local.q_size, cfg.q_size)
+        targets[f"{p}self_attn.o_proj.weight"] = Target(attn.o_proj, "weight", source=o_src)
+        if cfg.qk_norm:
+            assert attn.q_norm is not None and attn.k_norm is not None  # built when qk_norm is set
+            targets[f"{p}self_attn.q_norm.weight"] = Target(attn.q_norm, "weight")
+            targets[f"{p}self_attn.k_norm.weight"] = Target(attn.k_norm, "weight")
+        inter = local.intermediate_size
+        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
+        targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
+        down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
+        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
+        targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
+        targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+    return targets
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"model.safetensors.index.json is malformed: {e}") from None
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+    elif (folder / "model.safetensors").exists():
+        files = [folder / "model.safetensors"]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no safetensors weights in {folder}")
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        raise CheckpointError(f"safetensors shard(s) listed in the index are missing: {', '.join(missing)}")
+    return files
+
+
+def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
+    for name, child in module.named_children():
+        if isinstance(child, Linear):
+            out_f, in_f = child.weight.shape
+            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype))
+        else:
+            _quantize_linears(child, dtype)
+
+
+def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
+    """The whole tensor, or only this rank's slice of it (read through the memory map, never in full)."""
+    if source is None:
+        return f.get_tensor(name)
+    view = f.get_slice(name)
+    shape = tuple(view.get_shape())
+    if len(shape) <= source.dim or shape[source.dim] != source.full:
+        raise CheckpointError(f"tensor {name} has shape {shape}, expected size {source.full} in dimension "
+                              f"{source.dim}")
+    end = source.start + source.length
+    return view[source.start : end] if source.dim == 0 else view[:, source.start : end]
+
+
+def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
+    param = getattr(target.module, target.attr)
+    rows = param.shape[0] if target.rows is None else target.rows
+    dest = param.data[target.row_start : target.row_start + rows]
+    if tuple(dest.shape) != tuple(tensor.shape):
+        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
+    if isinstance(target.module, Int8Linear) and target.attr == "weight":
+        target.module.load_rows(target.row_start, tensor)
+    else:
+        dest.copy_(tensor.to(dest.dtype))
+
+
+def _build_empty_model(
+    cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
+    tp: TPContext | None = None,
+) -> CausalLM:
+    ops = get_kernels(backend, device)
+    with torch.device("meta"):
+        model = CausalLM(cfg, dtype, ops, tp)
+        if quantization == "int8":
+            _quantize_linears(model, dtype)
+    model = model.to_empty(device=device)
+    # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
+    host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
+    for m in model.modules():
+        if isinstance(m, Int8Linear):
+            m.use_kernel = m.use_kernel and device == "cpu"
+    cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
+    model.cos_sin_cache = cache.to(device)
+    for head in (model.embed_tokens, model.lm_head):
+        if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
+            head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
+    return model
+
+
+def load_model(
+    path: str | Path,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    device: str = "cpu",
+    attention_backend: str | None = None,
+    tp: TPContext | None = None,
+) -> CausalLM:
+    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors.
+
+    With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`).
+    """
+    folder = Path(path)
+    cfg = load_model_config(folder)
+    torch_dtype = resolve_dtype(dtype, cfg)
+    if quantization is not None and quantization not in QUANTIZATION_METHODS:
+        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
+    files = _safetensors_files(folder)
+    try:
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp)
+    except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
+        raise CheckpointError(str(e)) from None
+    targets = _weight_targets(model)
+    loaded: set[str] = set()
+    unexpected: list[str] = []
+    total = sum(f.stat().st_size for f in files)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", disable=total < PROGRESS_BAR_BYTES)
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                    if name.endswith(IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+                        continue
+                    if name not in targets:
+                        unexpected.append(name)
+                        continue
+                    tensor = _read(f, name, targets[name].source)
+                    _copy_into(targets[name], name, tensor)
+                    bar.update(tensor.numel() * tensor.element_size())
+                    loaded.add(name)
+        except SafetensorError as e:
+            raise CheckpointError(f"corrupt safetensors file {file.name}: {e}") from None
+        except OSError as e:
+            raise CheckpointError(f"cannot read {file.name}: {e}") from None
+    bar.close()
+    if unexpected:
+        raise CheckpointError(f"unexpected tensor names in checkpoint: {_short_list(unexpected)}")
+    missing = sorted(set(targets) - loaded)
+    if missing:
+        raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    if _packs_linears(model, device):
+        linears = [m for m in model.modules() if isinstance(m, Linear)]
+        for m in linears:
+            _pack_linear(m)
+        host_memory.pack_parameters(nn.ModuleList(linears))  # AMX-packed weights and biases: one huge-page buffer
+    model.eval()
+    return model
+
+
+def _pack_linear(linear: Linear) -> None:
+    """bf16 on AMX through sprig's kernel where the shape allows (SPRIG_AMX=0: never), else oneDNN's layout."""
+    if amx_supports(linear.weight):
+        linear.pack_for_amx()
+    else:
+        linear.pack_for_onednn()
+
+
+def _packs_linears(model: CausalLM, device: str) -> bool:
+    return can_pack_for_onednn(model.dtype, device) and os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"
+
+
+def _short_list(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")

@@ -1,0 +1,127 @@
+"""Tensor parallelism primitives over `torch.distributed`: which shard of the model a rank holds, and its collectives.
+
+A `TPContext` travels into the model so one implementation serves every rank: column-parallel linears (q/k/v and
+gate/up, split by output rows) hold this rank's heads and intermediate channels, row-parallel linears (o_proj,
+down_proj, split by input columns) are followed by one all-reduce, the embedding and LM head hold a contiguous
+slice of the (padded) vocabulary. With `size == 1` every collective is a no-op and the shard is the whole model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sprig.runtime.model.config import ModelConfig
+
+
+class Backend(str, Enum):
+    """The collective library: NCCL between CUDA devices, gloo on CPUs."""
+
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+    @staticmethod
+    def for_device(device: str) -> Backend:
+        return Backend.NCCL if device.startswith("cuda") else Backend.GLOO
+
+
+@dataclass(frozen=True)
+class TPContext:
+    """This process's place in a tensor-parallel group; `group=None` is the default (world) group."""
+
+    rank: int = 0
+    size: int = 1
+    group: Any = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 1
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` over the ranks in place (the partial outputs of a row-parallel linear)."""
+        if self.size > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def gather_vocab(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Join vocab-parallel logits [R, V/size] into [R, vocab_size] on rank 0; other ranks get their own shard."""
+        if self.size == 1:
+            return logits
+        logits = logits.contiguous()
+        parts = [torch.empty_like(logits) for _ in range(self.size)] if self.rank == 0 else None
+        dist.gather(logits, parts, dst=self._global_rank(0), group=self.group)
+        if parts is None:
+            return logits
+        return torch.cat(parts, dim=-1)[:, :vocab_size]
+
+    def _global_rank(self, group_rank: int) -> int:
+        if self.group is None:
+            return group_rank
+        return dist.get_global_rank(self.group, group_rank)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """The slice of every sharded dimension that one rank holds."""
+
+    heads: int  # query heads on this rank
+    head_start: int
+    kv_heads: int  # key/value heads on this rank (replicated when the model has fewer than ranks)
+    kv_head_start: int
+    intermediate: int  # MLP channels on this rank
+    intermediate_start: int
+    vocab_rows: int  # rows of the embedding and LM head on this rank (the vocabulary is padded to a multiple)
+    vocab_start: int
+    vocab_real: int  # rows of this rank's slice that exist in the checkpoint (the rest are zero padding)
+
+    @property
+    def whole(self) -> bool:
+        return self.head_start == 0 and self.vocab_start == 0 and self.vocab_real == self.vocab_rows
+
+
+def check_divisible(cfg: ModelConfig, size: int) -> None:
+    """Raise ValueError with one line when the model cannot be split over `size` ranks."""
+    if size < 1:
+        raise ValueError("tp_size must be positive")
+    if cfg.num_heads % size:
+        raise ValueError(f"tp_size {size} must divide the number of attention heads ({cfg.num_heads})")
+    if cfg.num_kv_heads % size and size % cfg.num_kv_heads:
+        raise ValueError(f"tp_size {size} must divide, or be a multiple of, the number of KV heads "
+                         f"({cfg.num_kv_heads})")
+    if cfg.intermediate_size % size:
+        raise ValueError(f"tp_size {size} must divide the MLP size ({cfg.intermediate_size})")
+
+
+def shard_plan(cfg: ModelConfig, tp: TPContext) -> ShardPlan:
+    """The shard of rank `tp.rank` among `tp.size` (the whole model when size is 1)."""
+    check_divisible(cfg, tp.size)
+    r, n = tp.rank, tp.size
+    heads = cfg.num_heads // n
+    if cfg.num_kv_heads >= n:
+        kv_heads, kv_start = cfg.num_kv_heads // n, r * cfg.num_kv_heads // n
+    else:  # why: each rank needs the one KV head its query heads read, so KV heads are replicated
+        kv_heads, kv_start = 1, (r * heads) // (cfg.num_heads // cfg.num_kv_heads)
+    inter = cfg.intermediate_size // n
+    vocab_rows = -(-cfg.vocab_size // n)
+    vocab_start = r * vocab_rows
+    vocab_real = max(0, min(cfg.vocab_size - vocab_start, vocab_rows))
+    return ShardPlan(heads, r * heads, kv_heads, kv_start, inter, r * inter, vocab_rows, vocab_start, vocab_real)
+
+
+def local_config(cfg: ModelConfig, plan: ShardPlan) -> ModelConfig:
+    """The config one rank's decoder layers and KV pool see: its heads, KV heads and MLP channels."""
+    return dataclasses.replace(cfg, num_heads=plan.heads, num_kv_heads=plan.kv_heads,
+                               intermediate_size=plan.intermediate)
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of a rank: `cuda` / `cuda:k` → the local rank's GPU counted from k; CPU stays CPU."""
+    if not device.startswith("cuda"):
+        return device
+    base = int(device.split(":", 1)[1]) if ":" in device else 0
+    return f"cuda:{base + local_rank}"

@@ -1,0 +1,75 @@
+"""Rotary position embedding tables: inverse frequencies for each supported scaling, then cos/sin caches."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sprig.runtime.model.config import RopeConfig
+
+
+def _default_inv_freq(theta: float, dim: int) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, p: dict) -> torch.Tensor:
+    factor, low, high = float(p["factor"]), float(p["low_freq_factor"]), float(p["high_freq_factor"])
+    old_ctx = float(p["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def _yarn_inv_freq(theta: float, dim: int, p: dict, max_pos: int) -> tuple[torch.Tensor, float]:
+    factor = p.get("factor") or max_pos / p["original_max_position_embeddings"]
+    orig = p["original_max_position_embeddings"]
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attn = p.get("attention_factor")
+    if attn is None:
+        if p.get("mscale") and p.get("mscale_all_dim"):
+            attn = mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"])
+        else:
+            attn = mscale(factor)
+    beta_fast, beta_slow = p.get("beta_fast") or 32, p.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if p.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # avoid a zero-width ramp
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    pos_freqs = theta ** (torch.arange(0, dim, 2).float() / dim)
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv_freq, float(attn)
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int, max_pos: int) -> tuple[torch.Tensor, float]:
+    """Return (inverse frequencies [head_dim // 2], scale applied to cos/sin)."""
+    inv_freq = _default_inv_freq(rope.theta, head_dim)
+    if rope.rope_type == "linear":
+        return inv_freq / float(rope.params["factor"]), 1.0
+    if rope.rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, rope.params), 1.0
+    if rope.rope_type == "yarn":
+        return _yarn_inv_freq(rope.theta, head_dim, rope.params, max_pos)
+    return inv_freq, 1.0
+
+
+def rope_cos_sin_cache(rope: RopeConfig, head_dim: int, max_pos: int, length: int) -> torch.Tensor:
+    """A float32 [length, head_dim] table: cos in the first half, sin in the second (rotate-half layout)."""
+    inv_freq, scale = rope_inv_freq(rope, head_dim, max_pos)
+    t = torch.arange(length, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    return torch.cat([freqs.cos() * scale, freqs.sin() * scale], dim=-1)

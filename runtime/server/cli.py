@@ -1,0 +1,162 @@
+"""`sprig serve`: bind, load the model in the background, serve with uvicorn, drain on SIGTERM/SIGINT.
+
+Shutdown: the first SIGTERM/SIGINT stops accepting connections and new requests (503 + ``Connection: close``),
+lets in-flight requests finish for up to ``--shutdown-timeout`` seconds, then ends the rest with
+``finish_reason: "abort"``, and exits 0. A model that fails to load, a bad option or a port in use exits non-zero
+with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Generator
+from types import FrameType
+
+import uvicorn
+
+from sprig.runtime.config import EngineConfig, add_engine_args, config_from_args
+from sprig.runtime.server.auth import Authenticator, load_keys_file
+from sprig.runtime.server.state import ServerSettings, ServerState
+
+EXIT_FAILURE = 1
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `serve` command to the `sprig` CLI."""
+    p = subparsers.add_parser("serve", help="serve the model over HTTP (OpenAI-compatible and SGLang-native)")
+    add_engine_args(p)
+    d = ServerSettings()
+    p.add_argument("--host", default=d.host, help="address to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=d.port, help="port (0: any free port)")
+    p.add_argument("--api-key", default=os.environ.get("SPRIG_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
+                        "(default: $SPRIG_API_KEY)")
+    p.add_argument("--api-keys", default=None, metavar="FILE",
+                   help="JSON or TOML file of per-tenant keys with limits and cache namespaces")
+    p.add_argument("--served-model-name", default=None, help="model id in the API (default: the --model path)")
+    p.add_argument("--max-request-bytes", type=int, default=d.max_request_bytes, help="larger bodies get 413")
+    p.add_argument("--max-queued-requests", type=int, default=d.max_queued_requests,
+                   help="queued sequences beyond this get 503 with Retry-After")
+    p.add_argument("--max-sequences-per-request", type=int, default=d.max_sequences_per_request,
+                   help="bound on prompts x n of one request")
+    p.add_argument("--request-timeout", type=float, default=None, help="abort requests running longer (seconds)")
+    p.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
+                   help="seconds in-flight requests may finish after SIGTERM before they are aborted")
+    p.add_argument("--watchdog-timeout", type=float, default=d.watchdog_timeout,
+                   help="/health reports 503 when the engine makes no progress this long with work pending")
+    p.add_argument("--timeout-keep-alive", type=int, default=5, help="idle keep-alive connection timeout (s)")
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    p.set_defaults(func=cmd_serve)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    """Validate the server options into `ServerSettings` (ValueError with one line when wrong)."""
+    if not 0 <= args.port <= 65535:
+        raise ValueError("--port must be in [0, 65535]")
+    for name in ("max_request_bytes", "max_queued_requests", "max_sequences_per_request"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive")
+    for name in ("request_timeout", "shutdown_timeout", "watchdog_timeout"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    return ServerSettings(host=args.host, port=args.port, served_model_name=args.served_model_name,
+                          max_request_bytes=args.max_request_bytes, max_queued_requests=args.max_queued_requests,
+                          max_sequences_per_request=args.max_sequences_per_request,
+                          request_timeout=args.request_timeout or None, shutdown_timeout=args.shutdown_timeout,
+                          watchdog_timeout=args.watchdog_timeout)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening socket before loading the model, so a busy port fails at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn with sprig's drain: signals start the drain and never re-raise after a clean exit."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in _SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.state.begin_drain, self.loop)
+        super().handle_exit(sig, frame)
+
+
+def _engine_factory(cfg: EngineConfig):
+    def make():
+        from sprig.runtime.engine.engine import Engine
+
+        options = {k: v for k, v in vars(cfg).items() if k != "model_path"}
+        return Engine(cfg.model_path, **options)
+
+    return make
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the server until a signal; returns the exit status."""
+    cfg = config_from_args(args)
+    settings = settings_from_args(args)
+    auth = Authenticator(args.api_key, load_keys_file(args.api_keys) if args.api_keys else None)
+    sock = bind_socket(settings.host, settings.port)  # why: before torch loads, so a busy port fails at once
+    from sprig.runtime.server.app import create_app
+
+    port = sock.getsockname()[1]
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    url = f"http://{host}:{port}"
+    status = {"code": 0}
+    server: _Server | None = None
+
+    def on_ready(state: ServerState) -> None:
+        print(f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)", file=sys.stderr, flush=True)
+
+    def on_failed(message: str) -> None:
+        print(f"sprig: error: the model failed to load: {message}", file=sys.stderr, flush=True)
+        status["code"] = EXIT_FAILURE
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, auth, _engine_factory(cfg), model_path=cfg.model_path, on_ready=on_ready,
+                     on_failed=on_failed)
+    config = uvicorn.Config(app, lifespan="on", log_level=args.log_level, access_log=args.access_log,
+                            timeout_keep_alive=args.timeout_keep_alive,
+                            timeout_graceful_shutdown=int(settings.shutdown_timeout) + 5,
+                            h11_max_incomplete_event_size=64 << 10)
+    server = _Server(config, app.state.sprig)
+    asyncio.run(server.serve(sockets=[sock]))
+    return status["code"]

@@ -1,0 +1,230 @@
+"""Native routes compatible with SGLang's frontend protocol: /generate, /get_model_info, /server_info,
+/flush_cache.
+
+`/generate` takes `text` or `input_ids` (one or a batch), `sampling_params` as in `Engine.generate` (one dict or
+one per prompt; ``null`` values mean the default, as in SGLang), `return_logprob`, `logprob_start_len`,
+`top_logprobs_num`, `return_text_in_logprobs`, `stream` and a sprig `timeout`. It answers the result
+dict (a list for a batch or n > 1) with logprobs as ``[logprob, token_id, text]`` triples (text null unless
+`return_text_in_logprobs`). Streams send cumulative results as SSE ``data:`` lines, then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ConfigDict, Field
+from starlette.responses import Response
+
+from sprig.runtime.server.auth import forbidden
+from sprig.runtime.server.http_body import read_model
+from sprig.runtime.server.http_common import body_spec, get_state, json_response, state_texts, tenant_of
+from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request
+from sprig.runtime.server.openai_convert import EngineCall, TokenTexts, check_timeout
+from sprig.runtime.server.openai_protocol import StrictModel
+from sprig.runtime.server.run import (
+    DONE,
+    EventStream,
+    GenerationRun,
+    RunStopped,
+    StopCause,
+    engine_failure,
+    run_to_end,
+    sse,
+    stream_error,
+    timeout_error,
+)
+from sprig.runtime.server.state import ServerState
+
+logger = logging.getLogger(__name__)
+
+NATIVE_PARAMS = {"prompt": "text"}
+_LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
+_TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
+
+
+class GenerateRequest(StrictModel):
+    """POST /generate (SGLang's GenerateReqInput subset)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+        {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 4}, "return_logprob": True, "stream": True},
+    ]})
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    return_logprob: bool | None = False
+    logprob_start_len: int | None = -1
+    top_logprobs_num: int | None = 0
+    return_text_in_logprobs: bool | None = False
+    stream: bool | None = False
+    rid: str | None = Field(None, max_length=128)
+    timeout: float | None = None
+
+
+def _is_batch(req: GenerateRequest) -> bool:
+    if req.text is not None:
+        return isinstance(req.text, list)
+    return bool(req.input_ids) and isinstance(req.input_ids[0], list)  # type: ignore[index]
+
+
+def _clean_params(params: dict[str, Any] | list[dict[str, Any]] | None) -> Any:
+    """Drop null values (SGLang's frontend sends unset fields as null)."""
+    if params is None:
+        return None
+    if isinstance(params, list):
+        return [{k: v for k, v in p.items() if v is not None} for p in params]
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _n_of(params: dict[str, Any], max_n: int) -> int:
+    n = params.get("n", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n:
+        raise bad_request(f"n must be an integer in [1, {max_n}]", "n", "out_of_range")
+    return n
+
+
+def count_sequences(req: GenerateRequest, params: Any, max_n: int, limit: int) -> int:
+    """Prompts x n, bounded before anything is tokenized."""
+    if _is_batch(req):
+        prompts = len(req.text if req.text is not None else req.input_ids)  # type: ignore[arg-type]
+    else:
+        prompts = 1
+    if isinstance(params, list):
+        if len(params) != prompts:
+            raise bad_request("sampling_params must be one object or one per prompt", "sampling_params")
+        total = sum(_n_of(p, max_n) for p in params)
+    else:
+        total = prompts * _n_of(params or {}, max_n)
+    if total > limit:
+        raise bad_request(f"prompts x n = {total} exceeds the limit of {limit} sequences per request", "text",
+                          "too_many")
+    return max(total, 1)
+
+
+def engine_call(req: GenerateRequest, params: Any, sequences: int) -> EngineCall:
+    kwargs: dict[str, Any] = {"sampling_params": params, "return_logprob": bool(req.return_logprob),
+                              "logprob_start_len": -1 if req.logprob_start_len is None else req.logprob_start_len,
+                              "top_logprobs_num": req.top_logprobs_num or 0}
+    if req.text is not None:
+        kwargs["prompt"] = req.text
+    if req.input_ids is not None:
+        kwargs["input_ids"] = req.input_ids
+    return EngineCall(kwargs, sequences, check_timeout(req.timeout), NATIVE_PARAMS)
+
+
+def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str, Any]:
+    """The result dict with logprobs as (logprob, token_id, text) triples."""
+    meta = result["meta_info"]
+    if not any(k in meta for k in _LOGPROB_KEYS):
+        return result
+    meta = dict(meta)
+    for key in _LOGPROB_KEYS:
+        if key in meta:
+            meta[key] = [(lp, tid, texts(tid) if texts else None) for lp, tid in meta[key]]
+    for key in _TOP_KEYS:
+        if key in meta:
+            meta[key] = [[(lp, tid, texts(tid) if texts else None) for lp, tid in top] if top else top
+                         for top in meta[key]]
+    return {**result, "meta_info": meta}
+
+
+async def native_sse(state: ServerState, run: GenerationRun,
+                     texts: TokenTexts | None) -> AsyncGenerator[bytes, None]:
+    """Cumulative results as SSE; an SSE error event on failure; always [DONE] unless the client left."""
+    try:
+        async for event in run.events():
+            failure = engine_failure([event])
+            if failure is not None:
+                yield stream_error(state, failure)
+                break
+            yield sse(native_result(event, texts))
+    except RunStopped as stop:
+        if stop.cause is StopCause.DISCONNECTED:
+            return
+        if stop.cause is StopCause.TIMEOUT:
+            yield stream_error(state, timeout_error())
+        else:
+            multi = run.call.num_sequences > 1
+            for i, r in enumerate(run.results(aborted=True)):
+                if i in run.recorded or i not in run.latest:
+                    continue
+                yield sse(native_result({**r, "index": i} if multi else r, texts))
+    except Exception:  # noqa: BLE001 - end this stream cleanly
+        logger.exception("native streaming failed")
+        yield stream_error(state, APIError(500, "internal error while streaming", ErrorType.SERVER, None,
+                                           "internal_error"))
+    yield DONE
+
+
+def native_router() -> APIRouter:
+    """The authenticated native routes."""
+    router = APIRouter()
+
+    @router.post("/generate", openapi_extra=body_spec(GenerateRequest), response_model=None)
+    async def generate(request: Request) -> Response:
+        """Generate like `Engine.generate` (SGLang native protocol)."""
+        state = get_state(request)
+        engine = state.ready_engine()
+        req = await read_model(request, GenerateRequest, state.settings.max_request_bytes)
+        params = _clean_params(req.sampling_params)
+        sequences = count_sequences(req, params, engine.config.max_n, state.settings.max_sequences_per_request)
+        call = engine_call(req, params, sequences)
+        call.kwargs["rid"] = f"gen-{uuid.uuid4().hex}"
+        ticket = state.admit(tenant_of(request), sequences, "generate")
+        run = await GenerationRun.start(state, ticket, call)
+        texts = state_texts(state) if req.return_text_in_logprobs else None
+        if req.stream:
+            return EventStream(run, lambda: native_sse(state, run, texts))
+        run.watch_disconnect(request.receive)
+        results = [native_result(r, texts) for r in await run_to_end(run)]
+        many = _is_batch(req) or len(results) > 1
+        return json_response(results if many else results[0])
+
+    @router.get("/get_model_info", response_model=None)
+    async def get_model_info(request: Request) -> Response:
+        """Model path and shape (what SGLang's RuntimeEndpoint reads at start)."""
+        state = get_state(request)
+        core = state.ready_engine().core
+        return json_response({"model_path": core.model_path, "tokenizer_path": core.model_path,
+                              "is_generation": True, "served_model_name": state.model_name,
+                              "context_length": core.context_length, "vocab_size": core.vocab_size})
+
+    @router.get("/server_info", response_model=None)
+    async def server_info(request: Request) -> Response:
+        """Engine stats (load, KV usage, cache figures, step timings) and server figures."""
+        return json_response(await _server_info(get_state(request)))
+
+    @router.get("/get_server_info", response_model=None, include_in_schema=False)
+    async def get_server_info(request: Request) -> Response:
+        return json_response(await _server_info(get_state(request)))
+
+    @router.post("/flush_cache", response_model=None)
+    async def flush_cache(request: Request) -> Response:
+        """Empty the prefix cache (admin keys only); 400 while requests are running."""
+        state = get_state(request)
+        engine = state.ready_engine()
+        if not tenant_of(request).admin:
+            raise forbidden("flushing the cache needs an admin API key")
+        if not await asyncio.to_thread(engine.flush_cache):
+            raise bad_request("the cache was not flushed: requests are running", None, "cache_busy")
+        return json_response({"success": True, "message": "cache flushed"})
+
+    return router
+
+
+async def _server_info(state: ServerState) -> dict[str, Any]:
+    engine = state.ready_engine()
+    stats = await asyncio.to_thread(engine.stats)
+    server = {"model_path": engine.core.model_path, "served_model_name": state.model_name,
+              "inflight_sequences": state.inflight_sequences, "active_requests": len(state.runs),
+              "draining": state.draining, "health": state.health().value,
+              "max_queued_requests": state.settings.max_queued_requests,
+              "max_request_bytes": state.settings.max_request_bytes,
+              "constrained_decoding": hasattr(engine.core, "grammar")}
+    return {**stats, "server": server}

@@ -1,0 +1,216 @@
+"""Engine results → OpenAI responses and stream chunks (completions and chat, with logprobs and tool calls).
+
+Streams: every chunk has `choices`; the usage-only chunk (``choices: []``) comes last and only with
+``stream_options.include_usage``. Deltas are cut from the engine's cumulative text, so the concatenated stream
+equals the non-streamed text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sprig.runtime.server.openai_convert import (
+    OpenAIPlan,
+    TokenTexts,
+    chat_logprobs,
+    completion_logprobs,
+    finish_reason,
+    usage_of,
+)
+from sprig.runtime.server.openai_protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    ChatDelta,
+    ChatMessageOut,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionResponse,
+    FunctionCall,
+    FunctionCallDelta,
+    ToolCall,
+    ToolCallDelta,
+)
+from sprig.runtime.server.openai_tools import TaggedCallStream, ToolChoiceKind, calls_from_output, new_call_id
+
+
+@dataclass
+class ResponseIds:
+    """What every response and chunk of one request repeats."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def _reason_with_tools(reason: str | None, calls: list[ToolCall]) -> str | None:
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
+# --- non-streaming ------------------------------------------------------------------------------------------
+
+
+def completion_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[str, Any]],
+                        texts: TokenTexts) -> CompletionResponse:
+    choices = []
+    for i, r in enumerate(results):
+        prefix = plan.prompt_texts[i // plan.n] if plan.echo else ""
+        logprobs = None
+        if plan.logprobs is not None:
+            logprobs, _ = completion_logprobs(r["meta_info"], texts, plan.echo, 0, 0)
+        choices.append(CompletionChoice(i, prefix + r["text"], logprobs, finish_reason(r["meta_info"])))
+    return CompletionResponse(ids.id, ids.created, ids.model, choices, usage_of(results, plan.n))
+
+
+def chat_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[str, Any]],
+                  texts: TokenTexts) -> ChatCompletionResponse:
+    choices = []
+    for i, r in enumerate(results):
+        content: str | None = r["text"]
+        calls: list[ToolCall] = []
+        if plan.tools is not None and plan.tools.kind is not ToolChoiceKind.NONE:
+            content, calls = calls_from_output(plan.tools, r["text"])
+        logprobs = chat_logprobs(r["meta_info"], texts, 0) if plan.logprobs is not None else None
+        message = ChatMessageOut(content, tool_calls=calls or None)
+        reason = _reason_with_tools(finish_reason(r["meta_info"]), calls)
+        choices.append(ChatChoice(i, message, logprobs, reason))
+    return ChatCompletionResponse(ids.id, ids.created, ids.model, choices, usage_of(results, plan.n))
+
+
+# --- streaming ----------------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """How much of one choice has been sent."""
+
+    def __init__(self) -> None:
+        self.text = 0
+        self.tokens = 0
+        self.offset = 0
+        self.started = False
+        self.finished = False
+
+
+class CompletionStreamer:
+    """Turns cumulative engine events into /v1/completions chunks."""
+
+    def __init__(self, ids: ResponseIds, plan: OpenAIPlan, texts: TokenTexts) -> None:
+        self.ids, self.plan, self.texts = ids, plan, texts
+        self.progress = [_Progress() for _ in range(plan.call.num_sequences)]
+
+    def chunk(self, event: dict[str, Any]) -> CompletionChunk | None:
+        i = event.get("index", 0)
+        p = self.progress[i]
+        meta = event["meta_info"]
+        text = event["text"][p.text:]
+        first = not p.started
+        if first and self.plan.echo:
+            text = self.plan.prompt_texts[i // self.plan.n] + text
+        logprobs = None
+        tokens = len(event["output_ids"])
+        if self.plan.logprobs is not None and (tokens > p.tokens or first):
+            logprobs, p.offset = completion_logprobs(meta, self.texts, first and self.plan.echo, p.tokens,
+                                                     p.offset)
+        reason = finish_reason(meta)
+        p.text, p.tokens, p.started = len(event["text"]), tokens, True
+        if not text and logprobs is None and reason is None:
+            return None
+        p.finished = reason is not None
+        return self._wrap([CompletionChoice(i, text, logprobs, reason)])
+
+    def aborted(self) -> CompletionChunk | None:
+        """Close every unfinished choice with finish_reason abort (shutdown)."""
+        choices = [CompletionChoice(i, "", None, "abort") for i, p in enumerate(self.progress) if not p.finished]
+        return self._wrap(choices) if choices else None
+
+    def _wrap(self, choices: list[CompletionChoice]) -> CompletionChunk:
+        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
+
+    def usage(self, results: list[dict[str, Any]]) -> CompletionChunk:
+        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(results, self.plan.n))
+
+
+class ChatStreamer:
+    """Turns cumulative engine events into /v1/chat/completions chunks, tool calls included."""
+
+    def __init__(self, ids: ResponseIds, plan: OpenAIPlan, texts: TokenTexts) -> None:
+        self.ids, self.plan, self.texts = ids, plan, texts
+        count = plan.call.num_sequences
+        self.progress = [_Progress() for _ in range(count)]
+        kind = plan.tools.kind if plan.tools is not None else ToolChoiceKind.NONE
+        self.kind = kind
+        names = {f["name"] for f in plan.tools.functions} if plan.tools is not None else set()
+        self.tagged = [TaggedCallStream(names) for _ in range(count)] if kind is ToolChoiceKind.AUTO else []
+        self.call_ids = [new_call_id() for _ in range(count)]
+        self.calls: list[list[ToolCall]] = [[] for _ in range(count)]
+
+    def opening(self) -> ChatCompletionChunk:
+        """The first chunk: the assistant role for every choice."""
+        choices = [ChatChunkChoice(i, ChatDelta(role="assistant", content="")) for i in range(len(self.progress))]
+        return self._wrap(choices)
+
+    def chunk(self, event: dict[str, Any]) -> ChatCompletionChunk | None:
+        i = event.get("index", 0)
+        p = self.progress[i]
+        meta = event["meta_info"]
+        text = event["text"][p.text:]
+        tokens = len(event["output_ids"])
+        logprobs = chat_logprobs(meta, self.texts, p.tokens) if self.plan.logprobs is not None and \
+            tokens > p.tokens else None
+        reason = finish_reason(meta)
+        p.text, p.tokens = len(event["text"]), tokens
+        delta = self._delta(i, text, event["text"] if reason is not None else None)
+        if delta is None and logprobs is None and reason is None:
+            return None
+        p.finished = reason is not None
+        reason = _reason_with_tools(reason, self.calls[i])
+        return self._wrap([ChatChunkChoice(i, delta or ChatDelta(), logprobs, reason)])
+
+    def _delta(self, i: int, text: str, final_text: str | None) -> ChatDelta | None:
+        if self.kind is ToolChoiceKind.NAMED:
+            return self._named_delta(i, text)
+        if self.kind is ToolChoiceKind.REQUIRED:
+            return self._required_delta(i, final_text) if final_text is not None else None
+        if self.kind is ToolChoiceKind.AUTO:
+            content, calls = self.tagged[i].feed(text)
+            if final_text is not None:
+                content += self.tagged[i].flush()
+            return self._content_and_calls(i, content, calls)
+        return ChatDelta(content=text) if text else None
+
+    def _named_delta(self, i: int, text: str) -> ChatDelta | None:
+        name = self.plan.tools.name if self.plan.tools else None
+        if not self.calls[i]:
+            self.calls[i].append(ToolCall(self.call_ids[i], FunctionCall(name or "", "")))
+            head = ToolCallDelta(0, FunctionCallDelta(name, text), self.call_ids[i], "function")
+            return ChatDelta(tool_calls=[head])
+        return ChatDelta(tool_calls=[ToolCallDelta(0, FunctionCallDelta(arguments=text))]) if text else None
+
+    def _required_delta(self, i: int, final_text: str) -> ChatDelta | None:
+        assert self.plan.tools is not None
+        content, calls = calls_from_output(self.plan.tools, final_text)
+        return self._content_and_calls(i, content or "", calls)
+
+    def _content_and_calls(self, i: int, content: str, calls: list[ToolCall]) -> ChatDelta | None:
+        start = len(self.calls[i])
+        self.calls[i].extend(calls)
+        deltas = [ToolCallDelta(start + k, FunctionCallDelta(c.function.name, c.function.arguments), c.id,
+                                "function") for k, c in enumerate(calls)]
+        if not content and not deltas:
+            return None
+        return ChatDelta(content=content or None, tool_calls=deltas or None)
+
+    def aborted(self) -> ChatCompletionChunk | None:
+        choices = [ChatChunkChoice(i, ChatDelta(), None, "abort") for i, p in enumerate(self.progress)
+                   if not p.finished]
+        return self._wrap(choices) if choices else None
+
+    def _wrap(self, choices: list[ChatChunkChoice]) -> ChatCompletionChunk:
+        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
+
+    def usage(self, results: list[dict[str, Any]]) -> ChatCompletionChunk:
+        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, [],
+                                   usage_of(results, self.plan.n))

@@ -1,0 +1,69 @@
+"""A reader that stalls costs only its unread output, and nobody else waits for it.
+
+The engine reports deltas into a per-call channel that merges what the reader has not taken yet
+(runtime/engine/output.py): however many steps a reader misses, its channel holds one pending delta per
+sequence, whose size is the output produced since it last read.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sprig.runtime.engine.engine import Engine
+from sprig.runtime.engine.output import DeltaChannel, StepDelta
+
+STALL_S = 10.0
+MAX_NEW = 1500
+
+
+def _delta(index: int, ids: list[int], finished: bool = False) -> StepDelta:
+    return StepDelta(index, ids, [f"<{i}>" for i in ids], [], [], {"completion_tokens": len(ids)}, finished)
+
+
+def test_a_channel_merges_unread_deltas_per_sequence() -> None:
+    channel = DeltaChannel(loop=None)
+    for step in range(100):
+        channel.put(_delta(step % 2, [step]))
+    assert channel.pending_deltas == 2  # one per sequence, not one per step
+    assert channel.pending_items == 200  # 100 ids + 100 text pieces: exactly the unread output
+    taken = channel.take_nowait()
+    assert [d.index for d in taken] == [0, 1]
+    assert taken[0].ids == list(range(0, 100, 2)) and taken[1].ids == list(range(1, 100, 2))
+    assert "".join(taken[0].text) == "".join(f"<{i}>" for i in range(0, 100, 2))
+    assert channel.take_nowait() == [] and channel.pending_items == 0
+
+
+@pytest.mark.slow
+def test_a_stalled_reader_holds_only_its_unread_output_while_others_stream(tiny_paths, capsys):
+    params = {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}
+    with Engine(str(tiny_paths["tiny-llama"]), max_total_tokens=8192) as engine:
+        stalled = engine.generate("a reader that stops reading", params, stream=True, return_logprob=True)
+        first = next(stalled)
+        stall_start = time.monotonic()
+        samples: list[tuple[int, int]] = []
+        others: list[float] = []  # tokens per second of each other stream, while the reader stalls
+        while time.monotonic() - stall_start < STALL_S:
+            t0 = time.monotonic()
+            chunks = list(engine.generate(f"another stream {len(others)}",
+                                          {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}, stream=True))
+            others.append(len(chunks[-1]["output_ids"]) / (time.monotonic() - t0))
+            samples.append((stalled.channel.pending_deltas, stalled.channel.pending_items))
+        still_running = any(r.rid == first["meta_info"]["id"] for r in engine.core.requests.values())
+        generated_while_stalled = engine.stats()["generated_tokens"] - 48 * len(others)
+        rest = list(stalled)
+
+    final = rest[-1]
+    assert final["meta_info"]["finish_reason"]["type"] == "length"
+    assert len(final["output_ids"]) == MAX_NEW == len(final["meta_info"]["output_token_logprobs"])
+    assert final["text"].startswith(first["text"])
+    # The bound: one pending delta, holding at most one id, one text piece and one logprob per unread token.
+    assert max(d for d, _ in samples) <= 1
+    assert max(items for _, items in samples) <= 3 * MAX_NEW
+    assert len(others) >= 3  # other calls started and finished while this reader read nothing
+    with capsys.disabled():
+        print(f"\nstalled {STALL_S:.0f}s (still generating at the end: {still_running}); "
+              f"{generated_while_stalled} tokens generated meanwhile; pending deltas max {max(d for d, _ in samples)},"
+              f" items max {max(i for _, i in samples)} (bound {3 * MAX_NEW}); {len(others)} other streams at "
+              f"{min(others):.0f}-{max(others):.0f} tok/s (median {sorted(others)[len(others) // 2]:.0f})")
