@@ -5,7 +5,8 @@
 Streams one generation of --tokens tokens (logprobs off, then on) through `Engine.generate(stream=True)` with a
 reader consuming every chunk, and times each engine-loop iteration: `EngineCore.step` + `EngineCore.notify`
 (scheduling, batch building, sampling, grammar, stop checks, detokenizing, reporting) minus the model forward.
-Prints the median overhead over the steps around token ~100 and around the last 100 tokens, and their ratio; then
+Prints the median overhead over the steps around token ~100 (of the long stream and of a short one run right after
+it, so drift of the machine's speed cancels) and over the last 100 tokens, and their ratio; then
 the same per-step overhead for --concurrent streams at once. Demo model (4,096-token context), greedy, ignore_eos.
 """
 
@@ -76,14 +77,25 @@ def instrument(engine: Any) -> StepTimes:
     return times
 
 
-def one_long_stream(engine: Any, tokens: int, logprobs: bool) -> StepTimes:
+def one_long_stream(engine: Any, tokens: int, logprobs: bool, reader: str) -> StepTimes:
+    """Stream one generation; `reader` "cumulative" folds every chunk into the result dict (the Python API),
+    "deltas" takes the engine's deltas as they come (what an incremental client reads)."""
     times = instrument(engine)
     params = {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    last: dict[str, Any] = {}
-    for chunk in engine.generate("Tell me a very long story about a sprig.", params, stream=True,
-                                 return_logprob=logprobs):
-        last = chunk
-    assert len(last["output_ids"]) == tokens, len(last["output_ids"])
+    stream = engine.generate("Tell me a very long story about a sprig.", params, stream=True,
+                             return_logprob=logprobs)
+    received = 0
+    if reader == "cumulative":
+        for chunk in stream:
+            received = len(chunk["output_ids"])
+    else:
+        finished = False
+        while not finished:
+            for delta in engine.next_deltas(stream.channel):
+                received += len(delta.ids)
+                finished = delta.finished
+        stream.close()
+    assert received == tokens, received
     return times
 
 
@@ -113,6 +125,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--concurrent", type=int, default=64)
     ap.add_argument("--concurrent-tokens", type=int, default=256)
+    ap.add_argument("--reader", choices=["cumulative", "deltas"], default="cumulative",
+                    help="how the reader of the long stream consumes it")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from sprig import Engine
@@ -121,21 +135,25 @@ def main() -> None:
     with Engine(None, num_threads=args.threads, random_seed=0) as engine:
         engine.generate("warm up", {"max_new_tokens": 32, "temperature": 0})
         for logprobs in (False, True):
-            t = one_long_stream(engine, args.tokens, logprobs)
-            # step 0 is the prefill; step k samples token k+1
-            early = slice(100 - WINDOW // 2, 100 + WINDOW // 2)
+            t = one_long_stream(engine, args.tokens, logprobs, args.reader)
+            # A short stream right after: its early steps bracket the long one's late steps in time, so a
+            # machine whose speed drifts during the minute-long stream does not read as growth.
+            after = one_long_stream(engine, 200, logprobs, args.reader)
+            early = slice(100 - WINDOW // 2, 100 + WINDOW // 2)  # step 0 is the prefill; step k samples token k+1
             late = slice(-WINDOW, None)
             rows.append((f"1 stream, logprobs {'on' if logprobs else 'off'}",
-                         ms(t.overhead[early]), ms(t.overhead[late]), ms(t.overhead_cpu[early]),
-                         ms(t.overhead_cpu[late]), ms(t.forward)))
+                         ms(t.overhead[early] + after.overhead[early]), ms(t.overhead[late]),
+                         ms(t.overhead_cpu[early] + after.overhead_cpu[early]), ms(t.overhead_cpu[late]),
+                         ms(t.forward)))
         t = concurrent_streams(engine, args.concurrent, args.concurrent_tokens)
         steady = slice(len(t.overhead) // 4, 3 * len(t.overhead) // 4)
         nan = float("nan")
         rows.append((f"{args.concurrent} streams x {args.concurrent_tokens}", ms(t.overhead[steady]), nan,
                      ms(t.overhead_cpu[steady]), nan, ms(t.forward)))
 
-    print(f"engine-thread time per step outside the forward, ms (demo model, {args.threads} thread(s), medians of "
-          f"{WINDOW} steps; 'early' = around token 100, 'late' = the last {WINDOW} of {args.tokens})")
+    print(f"engine-thread time per step outside the forward, ms (demo model, {args.threads} thread(s), medians; "
+          f"'early' = {WINDOW} steps around token 100 of the long stream and of a short one run right after it, "
+          f"'late' = its last {WINDOW} of {args.tokens}; {args.reader} reader)")
     print(f"{'case':28s} {'wall early':>10s} {'wall late':>10s} {'ratio':>6s} {'cpu early':>10s} {'cpu late':>10s} "
           f"{'ratio':>6s} {'forward':>8s}")
     for name, we, wl, ce, cl, fwd in rows:

@@ -156,15 +156,23 @@ class DeltaChannel:
 
 @dataclass
 class _Sequence:
+    """One sequence's output so far, kept in the result dict's own shapes so a result is a few list copies."""
+
     text: str = ""
     ids: list[int] = field(default_factory=list)
-    output_logprobs: list[Logprob] = field(default_factory=list)
-    input_logprobs: list[Logprob] = field(default_factory=list)
+    input_pairs: list[tuple[float | None, int]] = field(default_factory=list)
+    output_pairs: list[tuple[float | None, int]] = field(default_factory=list)
+    input_top: list[list[tuple[float, int]]] = field(default_factory=list)
+    output_top: list[list[tuple[float, int]]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
 
 class StreamAccumulator:
-    """Folds a call's deltas into cumulative result dicts (the reader's side; O(length) per result built)."""
+    """Folds a call's deltas into cumulative result dicts (the reader's side).
+
+    Each delta is converted once, when applied; a result then copies lists of references (no per-token objects
+    are built again), which keeps a long stream's reader cheap and its garbage small.
+    """
 
     def __init__(self, num_sequences: int, logprobs: bool, top_logprobs: bool) -> None:
         self._seqs = [_Sequence() for _ in range(num_sequences)]
@@ -175,18 +183,22 @@ class StreamAccumulator:
         seq = self._seqs[delta.index]
         seq.text += "".join(delta.text)
         seq.ids += delta.ids
-        seq.output_logprobs += delta.output_logprobs
-        seq.input_logprobs += delta.input_logprobs
         seq.meta = delta.meta
+        if self._logprobs:
+            seq.input_pairs += [(lp, tok) for lp, tok, _ in delta.input_logprobs]
+            seq.output_pairs += [(lp, tok) for lp, tok, _ in delta.output_logprobs]
+            if self._top:
+                seq.input_top += [top for _, _, top in delta.input_logprobs]
+                seq.output_top += [top for _, _, top in delta.output_logprobs]
 
     def result(self, index: int) -> dict[str, Any]:
         """The result dict of sequence `index` so far (fresh lists: the caller may keep it)."""
         seq = self._seqs[index]
         meta = dict(seq.meta)
         if self._logprobs:
-            meta["input_token_logprobs"] = [(lp, tok) for lp, tok, _ in seq.input_logprobs]
-            meta["output_token_logprobs"] = [(lp, tok) for lp, tok, _ in seq.output_logprobs]
+            meta["input_token_logprobs"] = list(seq.input_pairs)
+            meta["output_token_logprobs"] = list(seq.output_pairs)
             if self._top:
-                meta["input_top_logprobs"] = [top for _, _, top in seq.input_logprobs]
-                meta["output_top_logprobs"] = [top for _, _, top in seq.output_logprobs]
+                meta["input_top_logprobs"] = list(seq.input_top)
+                meta["output_top_logprobs"] = list(seq.output_top)
         return {"text": seq.text, "output_ids": list(seq.ids), "meta_info": meta}
