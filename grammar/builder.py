@@ -17,6 +17,7 @@ from sprig.grammar.automaton import build_index, outlines_vocabulary
 from sprig.grammar.char_classes import Dialect
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
 from sprig.grammar.json_schema import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
+from sprig.grammar.llg import LarkBuild, build_lark
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
@@ -43,6 +44,11 @@ def spec_to_regex(spec: GrammarSpec) -> str:
         raise exc.with_param(spec.param) from None
     except RecursionError:
         raise too_complex("constraint nested too deeply").with_param(spec.param) from None
+
+
+def regex_tree(spec: GrammarSpec) -> ir.Node:
+    """The checked regex tree of a `regex` or `choices` spec (the llguidance backend makes it one lexeme)."""
+    return _tree(spec)
 
 
 def _tree(spec: GrammarSpec) -> ir.Node:
@@ -95,8 +101,13 @@ def _without_nul(node: ir.Node) -> ir.Node:
 _VOCABULARIES: dict[str, object] = {}  # per worker process: tokenizer fingerprint -> outlines Vocabulary
 
 
-def build(spec: GrammarSpec, info: TokenizerInfo) -> BuildResult:
-    """Spec → regex → outlines-core Index, serialized (the function a compile worker runs)."""
+def build(spec: GrammarSpec, info: TokenizerInfo, backend: str = "outlines") -> BuildResult | LarkBuild:
+    """Spec → regex → outlines-core Index, serialized, or spec → Lark text (what a compile worker runs)."""
+    if backend == "llguidance":
+        return build_lark(spec)
+    if spec.kind is GrammarKind.EBNF:
+        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR,
+                           param=spec.param)
     start = time.perf_counter()
     regex = spec_to_regex(spec)
     vocabulary = _VOCABULARIES.get(info.fingerprint)
@@ -112,11 +123,12 @@ def build(spec: GrammarSpec, info: TokenizerInfo) -> BuildResult:
 _WORKER_INFO: list[TokenizerInfo] = []
 
 
-def init_worker(info: TokenizerInfo) -> None:
+def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
     """Runs once in each compile worker process: remember the tokenizer, build its vocabulary."""
     _WORKER_INFO[:] = [info]
-    _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
+    if backend == "outlines":
+        _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 
 
-def build_in_worker(spec: GrammarSpec) -> BuildResult:
-    return build(spec, _WORKER_INFO[0])
+def build_in_worker(spec: GrammarSpec, backend: str = "outlines") -> BuildResult | LarkBuild:
+    return build(spec, _WORKER_INFO[0], backend)

@@ -49,8 +49,11 @@ class SchemaOrderer:
             return self._plain(value) if value in vs.bools else None
         if isinstance(value, int | float):
             d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-            part = vs.ints if d == d.to_integral_value() else vs.fracs
-            return self._plain(value) if part.contains(d) else None
+            integral = d == d.to_integral_value()
+            part = vs.ints if integral else vs.fracs
+            if not part.contains(d):
+                return None
+            return str(int(d)) if integral else self._plain(value)  # why: integers are spelled as integers
         if isinstance(value, str):
             return self._plain(value) if strings.member(vs.strings, value) else None
         if isinstance(value, list):

@@ -10,12 +10,13 @@ from typing import Any
 
 
 class GrammarKind(Enum):
-    """The four kinds of constraint a request can carry."""
+    """The kinds of constraint a request can carry."""
 
     JSON_SCHEMA = "json_schema"  # spec: the schema as JSON text (or a dict, serialized on construction)
     REGEX = "regex"  # spec: a regular expression the whole output must match
     CHOICES = "choices"  # spec: the output is exactly one of these strings
     JSON_OBJECT = "json_object"  # spec: ignored; the output is any JSON object
+    EBNF = "ebnf"  # spec: a grammar as GBNF (llama.cpp), xgrammar-style EBNF or Lark; llguidance backend only
 
 
 class Whitespace(Enum):
@@ -30,9 +31,10 @@ class Whitespace(Enum):
 class JsonOptions:
     """How a JSON schema is turned into a grammar.
 
-    strict: refuse keywords that are not JSON Schema vocabulary (True), or ignore them like annotations (False).
-        Validation keywords sprig cannot enforce are refused either way; annotations (title, description,
-        examples, default, ...) are always accepted because they constrain nothing.
+    strict: refuse keywords that are not JSON Schema vocabulary and unknown formats (True), or ignore them
+        as annotations, which is JSON Schema's own rule (False, the default). Validation keywords sprig
+        cannot enforce are refused either way; annotations (title, description, examples, default, ...)
+        are always accepted because they constrain nothing.
     max_recursion_depth: how many times a recursive ``$ref`` may be entered inside itself; deeper values are
         not generated (the grammar accepts a subset of the schema's language, never more).
     any_value_depth: where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
@@ -46,7 +48,7 @@ class JsonOptions:
 
     whitespace: Whitespace = Whitespace.COMPACT
     max_whitespace: int = 2
-    strict: bool = True
+    strict: bool = False
     max_recursion_depth: int = 3
     any_value_depth: int = 2
     allow_extra_properties: bool = True
@@ -61,6 +63,7 @@ PARAM_BY_KIND = {
     GrammarKind.REGEX: "regex",
     GrammarKind.CHOICES: "choices",
     GrammarKind.JSON_OBJECT: "response_format",
+    GrammarKind.EBNF: "ebnf",
 }
 
 
@@ -81,7 +84,8 @@ class GrammarSpec:
     @classmethod
     def json_schema(cls, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> GrammarSpec:
         """From schema text or a parsed schema; raises GrammarError if a parsed schema is not JSON."""
-        return cls(GrammarKind.JSON_SCHEMA, schema, options or JsonOptions())
+        text = schema if isinstance(schema, str) else _dump_schema(schema)
+        return cls(GrammarKind.JSON_SCHEMA, text, options or JsonOptions())
 
     @classmethod
     def regex(cls, pattern: str) -> GrammarSpec:
@@ -90,6 +94,11 @@ class GrammarSpec:
     @classmethod
     def choices(cls, choices: list[str] | tuple[str, ...]) -> GrammarSpec:
         return cls(GrammarKind.CHOICES, tuple(choices))
+
+    @classmethod
+    def ebnf(cls, grammar: str) -> GrammarSpec:
+        """A grammar: GBNF / xgrammar EBNF (`root ::= ...`) or Lark (`start: ...`); llguidance backend."""
+        return cls(GrammarKind.EBNF, grammar)
 
     @classmethod
     def json_object(cls, options: JsonOptions | None = None) -> GrammarSpec:
