@@ -6,7 +6,8 @@
     matcher = GrammarMatcher(compiled)
 
 Results (and errors) are cached by (kind, canonical spec, tokenizer fingerprint) in a bounded LRU;
-concurrent requests for the same spec share one compilation.
+concurrent requests for the same spec share one compilation, each through its own future, so a request
+that cancels its future (a timeout) does not cancel the compilation the others wait for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sprig.grammar import builder, llg
@@ -78,7 +79,7 @@ class GrammarCompiler:
                 return _done(cached)
             if key in self._inflight:
                 self._counters.coalesced += 1
-                return self._inflight[key]
+                return _view(self._inflight[key])
             outer: Future = Future()
             self._inflight[key] = outer
         if self._pool is not None:
@@ -87,7 +88,7 @@ class GrammarCompiler:
             assert self._threads is not None
             inner = self._threads.submit(builder.build, spec, self.tokenizer_info, self.backend)
         inner.add_done_callback(lambda done: self._finish(key, spec, done, outer))
-        return outer
+        return _view(outer)
 
     def compile(self, spec: GrammarSpec) -> CompiledGrammar | CompiledLark:
         """Compile synchronously (through the same cache and workers)."""
@@ -154,6 +155,27 @@ class GrammarCompiler:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _view(shared: Future) -> Future:
+    """A caller's own future on a shared compilation: cancelling it (a request that timed out) leaves the
+    compilation, and every other caller's future, running."""
+    mine: Future = Future()
+
+    def copy_result(done: Future) -> None:
+        if mine.cancelled():
+            return
+        exc = done.exception()
+        try:
+            if exc is not None:
+                mine.set_exception(copy.copy(exc) if isinstance(exc, GrammarError) else exc)
+            else:
+                mine.set_result(done.result())
+        except InvalidStateError:  # why: cancelled between the check and the set
+            pass
+
+    shared.add_done_callback(copy_result)
+    return mine
 
 
 def _done(value: CompiledGrammar | CompiledLark | GrammarError) -> Future:

@@ -121,3 +121,24 @@ def test_stats_keys(info):
         assert set(comp.stats()) >= {"compiles", "compile_errors", "cache_hits", "cache_misses", "cache_entries",
                                      "cache_bytes", "cache_evictions", "compile_time_s_total",
                                      "compile_time_s_max", "timeouts", "worker_crashes", "coalesced"}
+
+
+def test_a_cancelled_request_leaves_the_shared_compile_to_the_others(info):
+    """Issue 15: a request timing out while its schema compiles used to cancel the future every other
+    request for the same schema waited on (asyncio.wait_for around asyncio.wrap_future)."""
+    import asyncio
+
+    slow = GrammarSpec.json_schema({"type": "object", "properties": {  # ~1-2 s: format x length products
+        f"p{i}": {"type": "string", "format": "uri", "maxLength": 9 + i} for i in range(8)}})
+
+    async def main(comp: GrammarCompiler) -> object:
+        first, second = comp.submit(slow), comp.submit(slow)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(first), timeout=0.05)
+        assert first.cancelled() and not second.cancelled()
+        return await asyncio.wait_for(asyncio.wrap_future(second), timeout=60)
+
+    with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
+        compiled = asyncio.run(main(comp))
+        assert isinstance(compiled, CompiledLark) and comp.stats()["coalesced"] == 1
+        assert comp.submit(slow).result(timeout=1) is compiled  # and it was cached for later requests
