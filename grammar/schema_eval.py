@@ -207,6 +207,8 @@ class Evaluator:
             return ValueSet.top() if node else ValueSet.bottom()
         if not isinstance(node, dict):
             raise invalid_schema("a schema must be an object or a boolean", pointer)
+        if self.doc.ref_overrides and "$ref" in node:  # why: drafts 4-7 ignore a $ref's siblings
+            node = {"$ref": node["$ref"]}
         self._check_keywords(node, pointer)
         acc = ValueSet.top()
         for part in self._parts(node, pointer, path):
