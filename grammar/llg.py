@@ -117,6 +117,10 @@ def _grammar_error(spec: GrammarSpec, message: str) -> GrammarError:
     first = message.strip().splitlines()[0] if message.strip() else "grammar refused"
     if any(word in message for word in ("limit", "fuel", "too large", "too many", "size")):
         return too_complex(first[:200]).with_param(spec.param)
+    if spec.kind is GrammarKind.EBNF:
+        from sprig.grammar.ebnf import llguidance_error
+
+        return llguidance_error(message)
     code = GrammarErrorCode.INVALID_GRAMMAR if spec.kind is GrammarKind.EBNF else GrammarErrorCode.INVALID_REGEX
     return GrammarError(f"invalid grammar: {first[:200]}", code, param=spec.param)
 
