@@ -58,6 +58,8 @@ def _tree(spec: GrammarSpec) -> ir.Node:
         return json_object_regex_tree(spec.options)
     if spec.kind is GrammarKind.CHOICES:
         return _choices(spec.spec)
+    if spec.kind is GrammarKind.EBNF:
+        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
     return _regex(str(spec.spec))
 
 
@@ -105,9 +107,6 @@ def build(spec: GrammarSpec, info: TokenizerInfo, backend: str = "outlines") -> 
     """Spec → regex → outlines-core Index, serialized, or spec → Lark text (what a compile worker runs)."""
     if backend == "llguidance":
         return build_lark(spec)
-    if spec.kind is GrammarKind.EBNF:
-        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR,
-                           param=spec.param)
     start = time.perf_counter()
     regex = spec_to_regex(spec)
     vocabulary = _VOCABULARIES.get(info.fingerprint)

@@ -14,7 +14,7 @@ from sprig.grammar import regex_ir as ir
 from sprig.grammar.errors import too_complex
 
 MAX_RULES = 50_000  # why: keeps a pathological schema from producing an unbounded grammar
-MAX_GRAMMAR_SIZE = 400_000  # why: llguidance refuses grammars over ~500k symbols; fail earlier, with our error
+MAX_SYMBOLS = 50_000  # why: llguidance numbers its symbols with u16 and panics past 65,535 (after seconds)
 MAX_LEXEME_CHARS = 4_000_000  # why: one regex text past this is a denial of service, not a schema
 
 
@@ -72,12 +72,11 @@ def cat(*items: Term) -> Term:
 
 
 def choice(*items: Term) -> Term:
-    flat: list[Term] = []
+    flat: dict[Term, None] = {}  # why: ordered and deduplicated in linear time (10^5-way alternations)
     for item in items:
         for part in item.items if isinstance(item, Choice) else (item,):
-            if part not in flat:
-                flat.append(part)
-    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+            flat[part] = None
+    return next(iter(flat)) if len(flat) == 1 else Choice(tuple(flat))
 
 
 def repeat(item: Term, lo: int, hi: int | None) -> Term:
@@ -123,6 +122,9 @@ class Grammar:
 
     def to_lark(self) -> str:
         """The Lark text llguidance compiles: `start` first, lexemes as named terminals."""
+        symbols = len(self.rules) + sum(_composites(body) for body in self.rules.values())
+        if symbols > MAX_SYMBOLS:
+            raise too_complex(f"about {symbols} grammar symbols (limit {MAX_SYMBOLS})")
         lexemes: dict[str, str] = {}
         lines = [f"{_rule_name(self.start)}: {_render(self.rules[self.start], lexemes)}"]
         lines += [f"{_rule_name(n)}: {_render(b, lexemes)}" for n, b in self.rules.items() if n != self.start]
@@ -157,6 +159,17 @@ def _pruned(term: Term, live: set[str]) -> Term:
     if isinstance(term, Repeat):
         return repeat(_pruned(term.item, live), term.lo, term.hi)
     return term
+
+
+def _composites(term: Term) -> int:
+    """Symbols llguidance will make for `term`: one per lexeme reference, group and repetition (an upper bound)."""
+    if isinstance(term, Lex):
+        return 1
+    if isinstance(term, Cat | Choice):
+        return 1 + sum(_composites(i) for i in term.items)
+    if isinstance(term, Repeat):
+        return 1 + _composites(term.item)
+    return 0
 
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:

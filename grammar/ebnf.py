@@ -21,6 +21,9 @@ from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
 
 MAX_GRAMMAR_CHARS = 1_000_000
 MAX_REPEAT = 100_000  # why: counted repetitions beyond this are a size attack, not a grammar
+MAX_TERMS = 10_000  # why: literals, classes and references; keeps a 10^5-way alternation under a second
+MAX_LARK_PIECES = 50_000
+_LARK_PIECE = re.compile(r'"(?:\\.|[^"\\])*"|/(?:\\.|[^/\\\n])+/|[A-Za-z_][A-Za-z0-9_]*|[|()*+?~]')
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _RULE_START = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)[ \t]*::=")
 _LLG_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\):\s*(.*)$", re.S)
@@ -63,7 +66,16 @@ def ebnf_to_lark(text: str) -> str:
 def _checked_lark(text: str) -> str:
     import llguidance
 
-    error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(text))
+    pieces = len(_LARK_PIECE.findall(text))
+    if pieces > MAX_LARK_PIECES:  # why: llguidance takes seconds, then panics, on ~10^5 symbols
+        raise too_complex(f"about {pieces} grammar pieces (limit {MAX_LARK_PIECES})").with_param("ebnf")
+
+    try:
+        error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(text))
+    except BaseException as exc:  # why: llguidance panics (a BaseException) on some oversized grammars
+        if isinstance(exc, KeyboardInterrupt | SystemExit | MemoryError):
+            raise
+        raise too_complex("the grammar compiler refused the grammar (size)").with_param("ebnf") from None
     if error:
         raise llguidance_error(error)
     return text
@@ -76,6 +88,7 @@ class _Parser:
         self.text, self.pos = text, 0
         self.rules: dict[str, Term] = {}
         self.used: dict[str, int] = {}  # rule name -> first position it is referenced at
+        self.terms = 0
 
     def grammar(self) -> Grammar:
         self._skip()
@@ -141,6 +154,9 @@ class _Parser:
 
     def _primary(self) -> Term:
         c, start = self.text[self.pos], self.pos
+        self.terms += 1
+        if self.terms > MAX_TERMS:
+            raise too_complex(f"more than {MAX_TERMS} terms in the grammar").with_param("ebnf")
         if c == '"':
             return lex(ir.lit(self._literal()))
         if c == "[":

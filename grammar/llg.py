@@ -105,8 +105,13 @@ def finish(spec: GrammarSpec, build: LarkBuild, info: TokenizerInfo) -> Compiled
     import llguidance
 
     start = time.perf_counter()
-    matcher = llguidance.LLMatcher(tokenizer(info), llguidance.LLMatcher.grammar_from_lark(build.lark),
-                                   log_level=0)
+    try:
+        matcher = llguidance.LLMatcher(tokenizer(info), llguidance.LLMatcher.grammar_from_lark(build.lark),
+                                       log_level=0)
+    except BaseException as exc:  # why: llguidance panics (a BaseException) on some oversized grammars
+        if isinstance(exc, KeyboardInterrupt | SystemExit | MemoryError):
+            raise
+        raise too_complex("the grammar engine refused the grammar (size)").with_param(spec.param) from None
     if matcher.is_error():
         raise _grammar_error(spec, matcher.get_error())
     seconds = build.seconds + time.perf_counter() - start
