@@ -19,6 +19,12 @@ from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema,
 from sprig.grammar.formats import SUPPORTED_FORMATS
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
+from sprig.grammar.schema_deps import (
+    DEPENDENCY_KEYWORDS,
+    NUMERIC_FORMATS,
+    dependency_parts,
+    integer_format_part,
+)
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
 from sprig.grammar.schema_values import (
     BOTTOM,
@@ -73,7 +79,7 @@ MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
 MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
-HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + (
+HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + DEPENDENCY_KEYWORDS + (
     "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
 
@@ -247,6 +253,10 @@ class Evaluator:
         if any(k in node for k in OBJECT_KEYS):
             yield _objects(node, pointer, path, self.options.allow_extra_properties)
         yield from self._applicators(node, pointer)
+        yield from dependency_parts(self.doc, node, pointer)
+        integer_format = integer_format_part(node)
+        if integer_format is not None:
+            yield integer_format
 
     def _applicators(self, node: dict[str, Any], pointer: str):
         for key in ("allOf", "anyOf", "oneOf"):
@@ -276,7 +286,7 @@ class Evaluator:
                 raise invalid_schema("format must be a string", child_pointer(pointer, "format"))
             if fmt in SUPPORTED_FORMATS:
                 parts.append(SFormat(fmt))
-            elif self.options.strict:
+            elif self.options.strict and fmt not in NUMERIC_FORMATS:  # why: those bound numbers, not strings
                 raise unsupported("format", child_pointer(pointer, "format"), f"format {fmt[:40]!r}")
         return replace(ValueSet.top(), strings=s_and(*parts))
 

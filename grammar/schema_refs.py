@@ -21,7 +21,7 @@ from sprig.grammar.errors import GrammarError, invalid_schema, too_complex, unsu
 DEFAULT_BASE = "https://sprig.invalid/schema.json"
 MAX_SCHEMA_DEPTH = 200  # why: deeper documents are rejected before anything recursive runs on them
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 _SCHEMA_SINGLES = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
                    "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")

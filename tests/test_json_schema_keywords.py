@@ -1,0 +1,77 @@
+"""Keywords issue 15 asks to enforce, beyond the suite: dependencies in every form, numeric formats.
+
+Each is checked against `jsonschema` on hand-picked instances spelled the grammar's way, on the default
+(grammar) backend.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
+from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.ordering import schema_ordered_dumps
+
+
+def accepts(compiled, text: str) -> bool:
+    matcher = GrammarMatcher(compiled)
+    ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
+    return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
+
+
+def agrees(compiler, schema, instances) -> None:
+    """The grammar accepts exactly the instances `jsonschema` finds valid."""
+    compiled = compiler.compile(GrammarSpec.json_schema(schema))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for value in instances:
+        text = schema_ordered_dumps(schema, value)
+        assert accepts(compiled, text) == validator.is_valid(value), (schema, text)
+
+
+CARD = {"type": "object", "properties": {"name": {"type": "string"}, "card": {"type": "integer"},
+                                         "billing": {"type": "string"}}}
+OBJECTS = [{}, {"name": "a"}, {"card": 1}, {"card": 1, "billing": "x"}, {"billing": "x"},
+           {"name": "a", "card": 2, "billing": "y", "extra": True}, {"card": 1, "billing": 5}]
+
+
+@pytest.mark.parametrize("extra", [
+    {"dependentRequired": {"card": ["billing"]}},
+    {"dependentSchemas": {"card": {"required": ["billing"], "properties": {"billing": {"maxLength": 3}}}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"card": ["billing"]}},
+    {"$schema": "http://json-schema.org/draft-07/schema#",
+     "dependencies": {"card": {"required": ["billing"]}, "billing": ["name"]}},
+])
+def test_dependencies(compiler, extra):
+    agrees(compiler, {**CARD, **extra}, OBJECTS + [{"name": "a", "billing": "abcd", "card": 1}])
+
+
+def test_dependencies_pointers_in_errors(compiler):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema({"dependentRequired": {"a": "b"}}))
+    assert err.value.code == "invalid_schema" and err.value.pointer == "/dependentRequired/a"
+
+
+@pytest.mark.parametrize("fmt,inside,outside", [("int32", [2**31 - 1, -(2**31)], [2**31, -(2**31) - 1]),
+                                                ("uint32", [0, 2**32 - 1], [-1, 2**32])])
+def test_integer_formats_bound_integers(compiler, fmt, inside, outside):
+    compiled = compiler.compile(GrammarSpec.json_schema({"type": "integer", "format": fmt}))
+    assert all(accepts(compiled, json.dumps(v)) for v in inside)
+    assert not any(accepts(compiled, json.dumps(v)) for v in outside)
+    strict = compiler.compile(GrammarSpec.json_schema({"type": "integer", "format": fmt}, JsonOptions(strict=True)))
+    assert accepts(strict, str(inside[0]))  # a numeric format is enforced, not refused, under strict
+
+
+def test_float_formats_are_annotations(compiler):
+    compiled = compiler.compile(GrammarSpec.json_schema({"type": "number", "format": "double"}))
+    assert accepts(compiled, "1.5") and accepts(compiled, "-2")
+
+
+def test_draft4_boolean_exclusive_bounds(compiler):
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "number",
+              "minimum": 1, "exclusiveMinimum": True, "maximum": 3, "exclusiveMaximum": True}
+    compiled = compiler.compile(GrammarSpec.json_schema(schema))
+    assert accepts(compiled, "2") and accepts(compiled, "1.5")
+    assert not accepts(compiled, "1") and not accepts(compiled, "3")
