@@ -16,7 +16,9 @@ from sprig.grammar import regex_ir as ir
 from sprig.grammar.automaton import build_index, outlines_vocabulary
 from sprig.grammar.char_classes import Dialect
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
+from sprig.grammar.formats import SUPPORTED_FORMATS, format_language
 from sprig.grammar.json_schema import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
+from sprig.grammar.json_text import json_string
 from sprig.grammar.llg import LarkBuild, build_lark
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
@@ -125,6 +127,8 @@ _WORKER_INFO: list[TokenizerInfo] = []
 def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
     """Runs once in each compile worker process: remember the tokenizer, build its vocabulary."""
     _WORKER_INFO[:] = [info]
+    for name in SUPPORTED_FORMATS:  # why: parsing the format regexes once here keeps them out of compile times
+        json_string(format_language(name))
     if backend == "outlines":
         _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 

@@ -8,6 +8,7 @@ allows nothing, a recursion without a base case), so every prefix the mask allow
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from sprig.grammar import regex_ir as ir
@@ -174,7 +175,7 @@ def _composites(term: Term) -> int:
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:
     if isinstance(term, Lex):
-        text = term.regex.render().replace("/", "\\/")
+        text = _lexeme_text(term.regex)
         if len(text) > MAX_LEXEME_CHARS:
             raise too_complex(f"a lexeme of more than {MAX_LEXEME_CHARS} regex characters")
         return lexemes.setdefault(text, f"L{len(lexemes)}")
@@ -194,6 +195,11 @@ def _render(term: Term, lexemes: dict[str, str]) -> str:
     if lo == 0 and hi == 1:
         return f"{inner}?"
     return f"{inner}~{lo}" if lo == hi else f"{inner}~{lo}..{hi}"
+
+
+@functools.lru_cache(maxsize=4096)  # why: formats, keys and "any value" recur in every object and schema
+def _lexeme_text(node: ir.Node) -> str:
+    return node.render().replace("/", "\\/")
 
 
 def _atom(term: Term, lexemes: dict[str, str]) -> str:

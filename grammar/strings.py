@@ -46,6 +46,7 @@ def atom_language(atom: SExpr) -> ir.Node:
     return ir.alt(*(ir.lit(v) for v in sorted(atom.values)))
 
 
+@functools.lru_cache(maxsize=1024)  # why: string constraints recur across the schemas a worker compiles
 def string_language(expr: SExpr) -> ir.Node:
     """The set of string values `expr` allows, as a regex tree over characters."""
     if expr == S_ALL:
