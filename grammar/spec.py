@@ -35,9 +35,10 @@ class JsonOptions:
         as annotations, which is JSON Schema's own rule (False, the default). Validation keywords sprig
         cannot enforce are refused either way; annotations (title, description, examples, default, ...)
         are always accepted because they constrain nothing.
-    max_recursion_depth: how many times a recursive ``$ref`` may be entered inside itself; deeper values are
+    max_recursion_depth (outlines backend only; the llguidance backend recurses without bound): how many
+        times a recursive ``$ref`` may be entered inside itself; deeper values are
         not generated (the grammar accepts a subset of the schema's language, never more).
-    any_value_depth: where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
+    any_value_depth (outlines backend only; llguidance allows any depth): where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
         arrays and objects inside it may nest down to this depth below the top of the document (a value at
         depth k gets any_value_depth - k levels). A regex cannot count brackets, so some bound is needed.
     allow_extra_properties: JSON Schema lets an object that declares `properties` but says nothing about
