@@ -70,6 +70,8 @@ class SchemaOrderer:
         declared = [k for k, _, _ in shape.entries]
         if any(req and k not in value for k, _, req in shape.entries):
             return None
+        if len(value) < shape.min_props or (shape.max_props is not None and len(value) > shape.max_props):
+            return None
         keys = [k for k in declared if k in value] + [k for k in value if k not in declared]
         parts = []
         for key in keys:

@@ -24,6 +24,7 @@ from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow terms)
 ANY = "any"  # the rule name of "any JSON value"
+MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (property, count)
 
 
 class FlatEvaluator(Evaluator):
@@ -150,6 +151,8 @@ class CfgEmitter:
         return step if i < lo else opt(step)
 
     def object(self, shape: ObjShape) -> Term:
+        if shape.counted():
+            return self._counted_object(shape)
         entries: list[tuple[Term, bool]] = []
         for key, expr, required in shape.entries:
             if self.ev.eval_child(expr, ()) == ValueSet.bottom():
@@ -163,6 +166,58 @@ class CfgEmitter:
             pair = cat(lex(ir.seq(key, self.p.colon)), self.rule(shape.additional))
             entries.append((cat(pair, repeat(cat(lex(self.p.comma), pair), 0, None)), False))
         return cat(lex(self.p.open_object), self._join(entries), lex(self.p.close_object))
+
+    def _entries(self, shape: ObjShape) -> tuple[list[tuple[Term, bool]], Term | None] | None:
+        """Declared entries (key lexeme + value rule, required) and the pair for other keys; None: no object."""
+        entries: list[tuple[Term, bool]] = []
+        for key, expr, required in shape.entries:
+            if self.ev.eval_child(expr, ()) == ValueSet.bottom():
+                if required:
+                    return None
+                continue
+            entries.append((cat(lex(ir.seq(ir.lit(dumps(key)), self.p.colon)), self.rule(expr)), required))
+        if self.ev.eval_child(shape.additional, ()) == ValueSet.bottom():
+            return entries, None
+        declared = [k for k, _, _ in shape.entries]
+        key = json_string(strings.not_in(declared)) if declared else ANY_STRING
+        return entries, cat(lex(ir.seq(key, self.p.colon)), self.rule(shape.additional))
+
+    def _counted_object(self, shape: ObjShape) -> Term:
+        """An object with minProperties/maxProperties: one rule per (entry, keys written so far)."""
+        found = self._entries(shape)
+        if found is None:
+            return NEVER
+        entries, pair = found
+        lo, hi = shape.min_props, shape.max_props
+        cap = hi if hi is not None else lo  # why: without a maximum, counts past the minimum behave alike
+        if (len(entries) + 1) * (cap + 1) > MAX_COUNT_RULES:
+            raise too_complex(f"counting up to {cap} keys over {len(entries)} properties", shape.origin)
+        base, comma = f"n{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
+
+        def state(i: int, c: int) -> Term:
+            name = f"{base}_{i}_{c}"
+            if name in self.grammar.rules:
+                return Sym(name)
+            self.grammar.add(name, NEVER)  # why: reserve the name; the body below may refer back to it
+            sep = comma if c > 0 else EMPTY
+            if i == len(entries):  # other keys: enough to reach lo, at most hi
+                need, room = max(lo - c, 0), None if hi is None else hi - c
+                if pair is None:
+                    body = EMPTY if need == 0 else NEVER
+                elif c > 0:
+                    body = repeat(cat(comma, pair), need, room)
+                else:
+                    more = repeat(cat(comma, pair), max(need - 1, 0), None if room is None else room - 1)
+                    body = cat(pair, more) if need > 0 else opt(cat(pair, more)) if room != 0 else EMPTY
+            else:
+                entry, required = entries[i]
+                nxt = c + 1 if hi is not None else min(c + 1, cap)
+                take = NEVER if hi is not None and c + 1 > hi else cat(sep, entry, state(i + 1, nxt))
+                body = choice(take, NEVER if required else state(i + 1, c))
+            self.grammar.rules[name] = body
+            return Sym(name)
+
+        return cat(lex(self.p.open_object), state(0, 0), lex(self.p.close_object))
 
     def _join(self, entries: list[tuple[Term, bool]]) -> Term:
         """Comma-separated entries in order; optional ones may be missing (no leading or double commas)."""

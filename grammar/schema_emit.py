@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sprig.grammar import regex_ir as ir
 from sprig.grammar import strings
+from sprig.grammar.errors import unsupported
 from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema_eval import Evaluator
@@ -92,6 +93,9 @@ class Emitter:
         return step if i < lo else ir.opt(step)
 
     def object(self, shape: ObjShape, path: tuple[str, ...], depth: int) -> ir.Node:
+        if shape.counted():  # why: a regex over optional entries cannot count them (the grammar backend can)
+            keyword = shape.origin.rsplit("/", 1)[-1] or "minProperties"
+            raise unsupported(keyword, shape.origin, "counting keys needs the llguidance backend")
         entries: list[tuple[ir.Node, bool]] = []
         for key, expr, required in shape.entries:
             value = self.expr(expr, path, depth)

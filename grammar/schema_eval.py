@@ -74,7 +74,7 @@ TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
-OBJECT_KEYS = ("properties", "required", "additionalProperties")
+OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties")
 MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
@@ -406,5 +406,7 @@ def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: b
     additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
     entries = [(k, _child(pointer, path, "properties", k), k in required) for k in props]
     entries += [(k, additional if explicit else TOP, True) for k in dict.fromkeys(required) if k not in props]
-    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional),))
+    lo, hi = _count(node, "minProperties", pointer, 0) or 0, _count(node, "maxProperties", pointer, None)
+    origin = child_pointer(pointer, "minProperties" if lo else "maxProperties") if lo or hi is not None else ""
+    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional, lo, hi, origin),))
 

@@ -10,7 +10,7 @@ intersection, `anyOf` union; `not` and `oneOf` use complement (De Morgan over th
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sprig.grammar.errors import too_complex
 from sprig.grammar.numbers import NumSet
@@ -229,6 +229,9 @@ class ObjShape:
 
     entries: tuple[tuple[str, Expr, bool], ...] = ()
     additional: Expr = TOP
+    min_props: int = 0  # minProperties / maxProperties: how many keys the object has
+    max_props: int | None = None
+    origin: str = field(default="", compare=False)  # where a count came from, for refusals
 
     def value_for(self, key: str) -> Expr:
         for k, expr, _ in self.entries:
@@ -240,7 +243,16 @@ class ObjShape:
         return any(k == key and req for k, _, req in self.entries)
 
     def trivially_empty(self) -> bool:
-        return any(req and expr == BOTTOM for _, expr, req in self.entries)
+        if any(req and expr == BOTTOM for _, expr, req in self.entries):
+            return True
+        required = sum(1 for _, _, req in self.entries if req)
+        possible = None if self.additional != BOTTOM else sum(1 for _, e, _ in self.entries if e != BOTTOM)
+        return ((self.max_props is not None and max(self.min_props, required) > self.max_props)
+                or (possible is not None and possible < self.min_props))
+
+    def counted(self) -> bool:
+        """Whether the number of keys is bounded (minProperties / maxProperties)."""
+        return self.min_props > 0 or self.max_props is not None
 
 
 def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
@@ -253,7 +265,9 @@ def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
 def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
     keys = [k for k, _, _ in a.entries] + [k for k, _, _ in b.entries if all(k != x for x, _, _ in a.entries)]
     entries = tuple((k, and_(a.value_for(k), b.value_for(k)), a.is_required(k) or b.is_required(k)) for k in keys)
-    return ObjShape(entries, and_(a.additional, b.additional))
+    his = [x for x in (a.max_props, b.max_props) if x is not None]
+    return ObjShape(entries, and_(a.additional, b.additional), max(a.min_props, b.min_props),
+                    min(his) if his else None, a.origin or b.origin)
 
 
 def array_not(a: ArrShape) -> list[ArrShape]:
@@ -272,6 +286,10 @@ def array_not(a: ArrShape) -> list[ArrShape]:
 
 def object_not(a: ObjShape) -> list[ObjShape]:
     out: list[ObjShape] = []
+    if a.min_props > 0:  # why: too few or too many keys violates the shape whatever the values are
+        out.append(ObjShape(max_props=a.min_props - 1, origin=a.origin))
+    if a.max_props is not None:
+        out.append(ObjShape(min_props=a.max_props + 1, origin=a.origin))
     for key, expr, required in a.entries:
         if required:
             out.append(ObjShape(((key, BOTTOM, False),)))

@@ -75,3 +75,24 @@ def test_draft4_boolean_exclusive_bounds(compiler):
     compiled = compiler.compile(GrammarSpec.json_schema(schema))
     assert accepts(compiled, "2") and accepts(compiled, "1.5")
     assert not accepts(compiled, "1") and not accepts(compiled, "3")
+
+
+@pytest.mark.parametrize("counts", [{"minProperties": 1}, {"maxProperties": 2}, {"minProperties": 2, "maxProperties": 3},
+                                    {"minProperties": 1, "additionalProperties": False},
+                                    {"maxProperties": 1, "required": ["name"]}])
+def test_min_and_max_properties(compiler, counts):
+    agrees(compiler, {**CARD, **counts}, OBJECTS + [{"a": 1, "b": 2, "c": 3, "d": 4}, {"name": "x", "z": None}])
+
+
+def test_counting_keys_inside_one_of(compiler):
+    schema = {"oneOf": [{"type": "object", "maxProperties": 1}, {"type": "object", "required": ["a"]}]}
+    agrees(compiler, schema, [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"b": 1, "c": 2}])
+
+
+def test_the_outlines_backend_refuses_counts_naming_the_keyword(info):
+    from sprig.grammar import GrammarCompiler
+
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend="outlines") as comp, \
+            pytest.raises(GrammarError) as err:
+        comp.compile(GrammarSpec.json_schema({"properties": {"a": {"maxProperties": 2}}}))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == "/properties/a/maxProperties"
