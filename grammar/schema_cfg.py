@@ -153,17 +153,11 @@ class CfgEmitter:
     def object(self, shape: ObjShape) -> Term:
         if shape.counted():
             return self._counted_object(shape)
-        entries: list[tuple[Term, bool]] = []
-        for key, expr, required in shape.entries:
-            if self.ev.eval_child(expr, ()) == ValueSet.bottom():
-                if required:
-                    return NEVER
-                continue  # why: a forbidden key (false schema) is simply never written
-            entries.append((cat(lex(ir.seq(ir.lit(dumps(key)), self.p.colon)), self.rule(expr)), required))
-        if self.ev.eval_child(shape.additional, ()) != ValueSet.bottom():
-            declared = [k for k, _, _ in shape.entries]
-            key = json_string(strings.not_in(declared)) if declared else ANY_STRING
-            pair = cat(lex(ir.seq(key, self.p.colon)), self.rule(shape.additional))
+        found = self._entries(shape)
+        if found is None:
+            return NEVER
+        entries, pair = found
+        if pair is not None:
             entries.append((cat(pair, repeat(cat(lex(self.p.comma), pair), 0, None)), False))
         return cat(lex(self.p.open_object), self._join(entries), lex(self.p.close_object))
 
@@ -174,13 +168,11 @@ class CfgEmitter:
             if self.ev.eval_child(expr, ()) == ValueSet.bottom():
                 if required:
                     return None
-                continue
+                continue  # why: a forbidden key (false schema) is simply never written
             entries.append((cat(lex(ir.seq(ir.lit(dumps(key)), self.p.colon)), self.rule(expr)), required))
-        if self.ev.eval_child(shape.additional, ()) == ValueSet.bottom():
-            return entries, None
-        declared = [k for k, _, _ in shape.entries]
-        key = json_string(strings.not_in(declared)) if declared else ANY_STRING
-        return entries, cat(lex(ir.seq(key, self.p.colon)), self.rule(shape.additional))
+        pairs = [cat(lex(ir.seq(json_string(keys), self.p.colon)), self.rule(expr))
+                 for keys, expr in strings.undeclared_keys(shape) if self.ev.eval_child(expr, ()) != ValueSet.bottom()]
+        return entries, (choice(*pairs) if pairs else None)
 
     def _counted_object(self, shape: ObjShape) -> Term:
         """An object with minProperties/maxProperties: one rule per (entry, keys written so far)."""

@@ -104,11 +104,9 @@ class Emitter:
                     return ir.NEVER
                 continue
             entries.append((ir.seq(ir.lit(dumps(key)), self.p.colon, value), required))
-        extra = self.expr(shape.additional, path, depth)
-        if not ir.is_never(extra):
-            declared = [k for k, _, _ in shape.entries]
-            key = json_string(strings.not_in(declared)) if declared else ANY_STRING
-            pair = ir.seq(key, self.p.colon, extra)
+        pair = ir.alt(*(ir.seq(json_string(keys), self.p.colon, self.expr(expr, path, depth))
+                        for keys, expr in strings.undeclared_keys(shape)))
+        if not ir.is_never(pair):
             entries.append((ir.seq(pair, ir.star(ir.seq(self.p.comma, pair))), False))
         return ir.seq(self.p.open_object, self._join(entries), self.p.close_object)
 

@@ -24,10 +24,13 @@ from sprig.grammar.schema_deps import (
     NUMERIC_FORMATS,
     dependency_parts,
     integer_format_part,
+    pattern_properties,
+    pattern_regions,
 )
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
 from sprig.grammar.schema_values import (
     BOTTOM,
+    S_ALL,
     TOP,
     And,
     ArrShape,
@@ -39,6 +42,7 @@ from sprig.grammar.schema_values import (
     OneOf,
     Or,
     Ref,
+    SExpr,
     SFormat,
     SLits,
     SPattern,
@@ -74,7 +78,8 @@ TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
-OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties")
+OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
+               "patternProperties", "propertyNames")
 MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
@@ -251,7 +256,10 @@ class Evaluator:
         if any(k in node for k in ARRAY_KEYS):
             yield _arrays(node, pointer, path)
         if any(k in node for k in OBJECT_KEYS):
-            yield _objects(node, pointer, path, self.options.allow_extra_properties)
+            names = S_ALL
+            if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
+                names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
+            yield _objects(node, pointer, path, self.options.allow_extra_properties, names)
         yield from self._applicators(node, pointer)
         yield from dependency_parts(self.doc, node, pointer)
         integer_format = integer_format_part(node)
@@ -395,7 +403,7 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
     return replace(ValueSet.top(), arrays=(shape,))
 
 
-def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool) -> ValueSet:
+def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool, names: SExpr) -> ValueSet:
     props = node.get("properties", {})
     required = node.get("required", [])
     if not isinstance(props, dict):
@@ -404,9 +412,19 @@ def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: b
         raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
     explicit = "additionalProperties" in node
     additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
-    entries = [(k, _child(pointer, path, "properties", k), k in required) for k in props]
-    entries += [(k, additional if explicit else TOP, True) for k in dict.fromkeys(required) if k not in props]
+    found = pattern_properties(node, pointer, path)
+
+    def value(key: str, declared: Expr | None) -> Expr:
+        if names != S_ALL and not strings.member(names, key):
+            return BOTTOM  # why: propertyNames forbids this key
+        matching = [expr for pattern, expr in found if strings.member(SPattern(pattern), key)]
+        if declared is None:
+            declared = TOP if matching or not explicit else additional
+        return and_(declared, *matching)
+
+    entries = [(k, value(k, _child(pointer, path, "properties", k)), k in required) for k in props]
+    entries += [(k, value(k, None), True) for k in dict.fromkeys(required) if k not in props]
     lo, hi = _count(node, "minProperties", pointer, 0) or 0, _count(node, "maxProperties", pointer, None)
     origin = child_pointer(pointer, "minProperties" if lo else "maxProperties") if lo or hi is not None else ""
-    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional, lo, hi, origin),))
-
+    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional, lo, hi, origin,
+                                                     pattern_regions(found), names),))

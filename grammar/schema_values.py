@@ -232,12 +232,27 @@ class ObjShape:
     min_props: int = 0  # minProperties / maxProperties: how many keys the object has
     max_props: int | None = None
     origin: str = field(default="", compare=False)  # where a count came from, for refusals
+    # patternProperties: undeclared keys in these disjoint languages take these values (others: additional)
+    patterns: tuple[tuple[SExpr, Expr], ...] = ()
+    names: SExpr = S_ALL  # propertyNames: every key is in this language
 
     def value_for(self, key: str) -> Expr:
         for k, expr, _ in self.entries:
             if k == key:
                 return expr
+        from sprig.grammar.strings import member  # why: strings imports this module
+
+        if self.names != S_ALL and not member(self.names, key):
+            return BOTTOM
+        for lang, expr in self.patterns:
+            if member(lang, key):
+                return expr
         return self.additional
+
+    def regions(self) -> list[tuple[SExpr, Expr]]:
+        """(key language, value) for undeclared keys: the pattern regions, then the rest (additional)."""
+        rest = s_not(s_or(*(lang for lang, _ in self.patterns))) if self.patterns else S_ALL
+        return [*self.patterns, (rest, self.additional)]
 
     def is_required(self, key: str) -> bool:
         return any(k == key and req for k, _, req in self.entries)
@@ -266,8 +281,13 @@ def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
     keys = [k for k, _, _ in a.entries] + [k for k, _, _ in b.entries if all(k != x for x, _, _ in a.entries)]
     entries = tuple((k, and_(a.value_for(k), b.value_for(k)), a.is_required(k) or b.is_required(k)) for k in keys)
     his = [x for x in (a.max_props, b.max_props) if x is not None]
+    patterns: tuple[tuple[SExpr, Expr], ...] = ()
+    if a.patterns or b.patterns:  # why: every pair of regions, except rest x rest (the new rest)
+        ra, rb = a.regions(), b.regions()
+        patterns = tuple((s_and(la, lb), and_(ea, eb)) for i, (la, ea) in enumerate(ra)
+                         for j, (lb, eb) in enumerate(rb) if i < len(ra) - 1 or j < len(rb) - 1)
     return ObjShape(entries, and_(a.additional, b.additional), max(a.min_props, b.min_props),
-                    min(his) if his else None, a.origin or b.origin)
+                    min(his) if his else None, a.origin or b.origin, patterns, s_and(a.names, b.names))
 
 
 def array_not(a: ArrShape) -> list[ArrShape]:
@@ -290,6 +310,10 @@ def object_not(a: ObjShape) -> list[ObjShape]:
         out.append(ObjShape(max_props=a.min_props - 1, origin=a.origin))
     if a.max_props is not None:
         out.append(ObjShape(min_props=a.max_props + 1, origin=a.origin))
+    if a.names != S_ALL:
+        raise NotRepresentable("propertyNames")
+    if any(expr != TOP for _, expr in a.patterns):
+        raise NotRepresentable("patternProperties")
     for key, expr, required in a.entries:
         if required:
             out.append(ObjShape(((key, BOTTOM, False),)))

@@ -17,7 +17,22 @@ from sprig.grammar.char_classes import Dialect
 from sprig.grammar.formats import format_language
 from sprig.grammar.pattern import regex_language
 from sprig.grammar.regex_ir import Flavor
-from sprig.grammar.schema_values import S_ALL, S_NONE, SAnd, SExpr, SFormat, SLen, SLits, SNot, SOr, SPattern
+from sprig.grammar.schema_values import (
+    S_ALL,
+    S_NONE,
+    Expr,
+    ObjShape,
+    SAnd,
+    SExpr,
+    SFormat,
+    SLen,
+    SLits,
+    SNot,
+    SOr,
+    SPattern,
+    s_and,
+    s_not,
+)
 
 ANY_CHAR = ir.chars(charset.ALL_CHARS)
 MAX_PATTERN_STATES = 4000
@@ -163,6 +178,15 @@ def member(expr: SExpr, text: str) -> bool:
     if isinstance(expr, SFormat) and expr.name == "hostname" and not labels.host_labels_valid(text):
         return False  # why: A-labels are decided beside the regex (grammar/labels.py)
     return _python_regex(expr).fullmatch(text) is not None
+
+
+def undeclared_keys(shape: ObjShape) -> list[tuple[ir.Node, Expr]]:
+    """The string languages of an object shape's undeclared keys, each with the value schema it takes."""
+    declared = [k for k, _, _ in shape.entries]
+    if not shape.patterns and shape.names == S_ALL:
+        return [(not_in(declared) if declared else ir.star(ANY_CHAR), shape.additional)]
+    excluded = s_not(SLits(frozenset(declared))) if declared else S_ALL
+    return [(string_language(s_and(lang, shape.names, excluded)), expr) for lang, expr in shape.regions()]
 
 
 def not_in(keys: list[str]) -> ir.Node:

@@ -96,3 +96,32 @@ def test_the_outlines_backend_refuses_counts_naming_the_keyword(info):
             pytest.raises(GrammarError) as err:
         comp.compile(GrammarSpec.json_schema({"properties": {"a": {"maxProperties": 2}}}))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/properties/a/maxProperties"
+
+
+PATTERNED = [{}, {"x-a": 1}, {"x-a": "s"}, {"n1": 2}, {"n1": "s"}, {"x-1": 3}, {"x-1": 3.5}, {"other": None},
+             {"id": 4, "x-b": 1, "zz": True}, {"id": "no"}, {"X-a": 1}]
+
+
+@pytest.mark.parametrize("schema", [
+    {"patternProperties": {"^x-": {"type": "integer"}}},
+    {"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+    {"patternProperties": {"^x-": {"type": "number"}, "[0-9]": {"type": "integer"}},
+     "additionalProperties": {"type": "string"}},
+    {"properties": {"id": {"type": "integer"}}, "patternProperties": {"^i": {"minimum": 3}},
+     "additionalProperties": False},
+    {"allOf": [{"patternProperties": {"^x-": {"type": "integer"}}}, {"patternProperties": {"1$": {"maximum": 2}}}]},
+])
+def test_pattern_properties(compiler, schema):
+    agrees(compiler, {"type": "object", **schema}, PATTERNED)
+
+
+@pytest.mark.parametrize("names", [{"pattern": "^[a-z]+$"}, {"maxLength": 2}, False, {"enum": ["id", "zz"]}])
+def test_property_names(compiler, names):
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}, "propertyNames": names}
+    agrees(compiler, schema, PATTERNED + [{"ab": 1}, {"abc": 1}])
+
+
+def test_property_names_cannot_be_negated_and_say_so(compiler):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema({"not": {"propertyNames": {"maxLength": 2}}}))
+    assert err.value.code == "unsupported_keyword" and "propertyNames" in err.value.message
