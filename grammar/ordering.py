@@ -64,6 +64,10 @@ class SchemaOrderer:
         if len(value) < shape.min_items or (shape.max_items is not None and len(value) > shape.max_items):
             return None
         parts = [self._value(v, self.ev.eval_child(shape.at(i), path), path) for i, v in enumerate(value)]
+        for expr, lo, hi in shape.contains:
+            matched = sum(self._value(v, self.ev.eval_child(expr, path), path) is not None for v in value)
+            if matched < lo or (hi is not None and matched > hi):
+                return None
         return None if any(p is None for p in parts) else "[" + self.item_sep.join(parts) + "]"  # type: ignore[arg-type]
 
     def _object(self, value: dict[str, Any], shape, path: tuple[str, ...]) -> str | None:

@@ -19,7 +19,7 @@ from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, 
 from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema_eval import Evaluator
 from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
-from sprig.grammar.schema_values import ArrShape, Expr, Node, ObjShape, Ref, ValueSet
+from sprig.grammar.schema_values import ArrShape, Bound, Expr, Node, ObjShape, Ref, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow terms)
@@ -129,12 +129,42 @@ class CfgEmitter:
         return Sym(ANY)
 
     def array(self, shape: ArrShape) -> Term:
+        if shape.contains:
+            return self._contains(shape)
         prefix = [self.rule(e) for e in shape.prefix]
         tail = self.rule(shape.items)
         if shape.max_items is not None and shape.min_items > shape.max_items:
             return NEVER
         body = self._array_body(prefix, tail, 0, shape.min_items, shape.max_items)
         return cat(lex(self.p.open_array), body, lex(self.p.close_array))
+
+    def _contains(self, shape: ArrShape) -> Term:
+        """Arrays with between lo and hi items matching C: rules that count the matches so far."""
+        if len(shape.contains) > 1 or shape.prefix or shape.min_items or shape.max_items is not None:
+            where = next((e.item.pointer for e, _, _ in shape.contains
+                          if isinstance(e, Bound) and isinstance(e.item, Node)), "")
+            raise unsupported("contains", where, "only one contains, without prefixItems, minItems or maxItems")
+        expr, lo, hi = shape.contains[0]
+        match = self.rule(and_(shape.items, expr))
+        # why: with no maximum, any item may fill the gaps; with one, the gaps must not match
+        other = self.rule(shape.items if hi is None else and_(shape.items, not_(expr)))
+        cap, base, comma = hi if hi is not None else lo, f"c{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
+        if cap > MAX_COUNT_RULES:
+            raise too_complex(f"counting {cap} matching items")
+
+        def after(c: int) -> Term:  # at least one item written, c of them matching (capped when hi is None)
+            name = f"{base}_{c}"
+            if name not in self.grammar.rules:
+                self.grammar.add(name, NEVER)
+                nxt = c + 1 if hi is not None else min(c + 1, cap)
+                self.grammar.rules[name] = choice(
+                    EMPTY if c >= lo else NEVER, cat(comma, other, after(c)),
+                    cat(comma, match, after(nxt)) if hi is None or c + 1 <= hi else NEVER)
+            return Sym(name)
+
+        first = choice(EMPTY if lo == 0 else NEVER, cat(other, after(0)),
+                       cat(match, after(1 if hi is not None else min(1, cap))) if hi is None or hi >= 1 else NEVER)
+        return cat(lex(self.p.open_array), first, lex(self.p.close_array))
 
     def _array_body(self, prefix: list[Term], tail: Term, i: int, lo: int, hi: int | None) -> Term:
         comma = lex(self.p.comma)

@@ -14,7 +14,7 @@ from sprig.grammar.errors import unsupported
 from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema_eval import Evaluator
-from sprig.grammar.schema_values import ArrShape, Expr, ObjShape, ValueSet
+from sprig.grammar.schema_values import ArrShape, Bound, Expr, Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow nesting)
@@ -63,6 +63,10 @@ class Emitter:
         return self._any[depth]
 
     def array(self, shape: ArrShape, path: tuple[str, ...], depth: int) -> ir.Node:
+        if shape.contains:  # why: counting matching items is a grammar's job (the llguidance backend)
+            expr = shape.contains[0][0]
+            where = expr.item.pointer if isinstance(expr, Bound) and isinstance(expr.item, Node) else ""
+            raise unsupported("contains", where, "counting matching items needs the llguidance backend")
         prefix = [self.expr(e, path, depth) for e in shape.prefix]
         tail = self.expr(shape.items, path, depth)
         hi = shape.max_items

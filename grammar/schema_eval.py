@@ -59,7 +59,7 @@ from sprig.grammar.spec import JsonOptions
 ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
     "contentMediaType", "contentEncoding", "contentSchema", "$id", "$anchor", "$defs", "definitions", "$schema",
-    "$vocabulary", "then", "else", "minContains", "maxContains", "additionalItems",
+    "$vocabulary", "then", "else", "additionalItems",
 })
 KNOWN_SCHEMAS = frozenset({
     "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
@@ -77,7 +77,8 @@ VOCABULARY = frozenset({
 TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
-ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
+ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems", "contains", "minContains",
+              "maxContains")
 OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
                "patternProperties", "propertyNames")
 MAX_ENUM = 10_000
@@ -399,7 +400,13 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
             tail = _child(pointer, path, "additionalItems")
     elif items is not None:
         tail = _child(pointer, path, "items")
-    shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None))
+    contains: tuple[tuple[Expr, int, int | None], ...] = ()
+    if "contains" in node:  # why: minContains/maxContains mean nothing without it
+        lo, hi = _count(node, "minContains", pointer, 1) or 0, _count(node, "maxContains", pointer, None)
+        if lo > 0 or hi is not None:
+            contains = ((_child(pointer, path, "contains"), lo, hi),)
+    shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None),
+                     contains)
     return replace(ValueSet.top(), arrays=(shape,))
 
 

@@ -210,12 +210,16 @@ class ArrShape:
     items: Expr = TOP
     min_items: int = 0
     max_items: int | None = None
+    contains: tuple[tuple[Expr, int, int | None], ...] = ()  # (schema, min, max items matching it)
 
     def at(self, i: int) -> Expr:
         return self.prefix[i] if i < len(self.prefix) else self.items
 
     def trivially_empty(self) -> bool:
         if self.max_items is not None and self.min_items > self.max_items:
+            return True
+        if any((expr == BOTTOM and lo > 0) or (hi is not None and lo > hi) or
+               (self.max_items is not None and lo > self.max_items) for expr, lo, hi in self.contains):
             return True
         return any(self.at(i) == BOTTOM for i in range(min(self.min_items, len(self.prefix) + 1)))
 
@@ -274,7 +278,8 @@ def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
     n = max(len(a.prefix), len(b.prefix))
     his = [x for x in (a.max_items, b.max_items) if x is not None]
     return ArrShape(tuple(and_(a.at(i), b.at(i)) for i in range(n)), and_(a.items, b.items),
-                    max(a.min_items, b.min_items), min(his) if his else None)
+                    max(a.min_items, b.min_items), min(his) if his else None,
+                    a.contains + tuple(c for c in b.contains if c not in a.contains))
 
 
 def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
@@ -296,6 +301,11 @@ def array_not(a: ArrShape) -> list[ArrShape]:
         out.append(ArrShape(max_items=a.min_items - 1))
     if a.max_items is not None:
         out.append(ArrShape(min_items=a.max_items + 1))
+    for expr, lo, hi in a.contains:  # why: too few or too many matching items, whatever the rest is
+        if lo > 0:
+            out.append(ArrShape(contains=((expr, 0, lo - 1),)))
+        if hi is not None:
+            out.append(ArrShape(contains=((expr, hi + 1, None),)))
     for i, expr in enumerate(a.prefix):
         if expr != TOP:
             out.append(ArrShape((TOP,) * i + (not_(expr),), TOP, i + 1, None))

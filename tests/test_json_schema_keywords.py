@@ -125,3 +125,29 @@ def test_property_names_cannot_be_negated_and_say_so(compiler):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema({"not": {"propertyNames": {"maxLength": 2}}}))
     assert err.value.code == "unsupported_keyword" and "propertyNames" in err.value.message
+
+
+ARRAYS = [[], [1], [5], [1, 5], [5, 6, 7], [1, 2, 3], ["x", 5], [5, 5, 1, 5], [7, 1, 1]]
+
+
+@pytest.mark.parametrize("schema", [
+    {"contains": {"minimum": 5}},
+    {"items": {"type": "integer"}, "contains": {"minimum": 5}},
+    {"contains": {"minimum": 5}, "minContains": 2},
+    {"contains": {"minimum": 5}, "maxContains": 1},
+    {"contains": {"minimum": 5}, "minContains": 0, "maxContains": 2},
+    {"not": {"contains": {"const": 1}}},
+    {"anyOf": [{"contains": {"const": 1}}, {"contains": {"const": 5}}]},
+])
+def test_contains(compiler, schema):
+    agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "array", **schema}, ARRAYS)
+
+
+@pytest.mark.parametrize("schema,pointer", [
+    ({"items": {"contains": {"const": 1}, "maxItems": 3}}, "/items/contains"),
+    ({"oneOf": [{"contains": {"const": 1}}, {"contains": {"const": 5}}]}, "/oneOf/0/contains"),
+])
+def test_contains_beyond_one_count_is_refused_by_name(compiler, schema, pointer):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema(schema))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == pointer
