@@ -17,6 +17,7 @@ from sprig.grammar.errors import too_complex
 MAX_RULES = 50_000  # why: keeps a pathological schema from producing an unbounded grammar
 MAX_SYMBOLS = 50_000  # why: llguidance numbers its symbols with u16 and panics past 65,535 (after seconds)
 MAX_LEXEME_CHARS = 4_000_000  # why: one regex text past this is a denial of service, not a schema
+MAX_REQUIRED_COUNT = 100_000  # why: a minimum no generation reaches (minItems: 10^6) is refused, not compiled
 
 
 class Term:
@@ -175,6 +176,8 @@ def _composites(term: Term) -> int:
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:
     if isinstance(term, Lex):
+        if term.regex.min_len > MAX_REQUIRED_COUNT:
+            raise too_complex(f"a value of at least {term.regex.min_len} characters")
         text = _lexeme_text(term.regex)
         if len(text) > MAX_LEXEME_CHARS:
             raise too_complex(f"a lexeme of more than {MAX_LEXEME_CHARS} regex characters")
@@ -190,6 +193,8 @@ def _render(term: Term, lexemes: dict[str, str]) -> str:
     assert isinstance(term, Repeat)
     inner = _atom(term.item, lexemes)
     lo, hi = term.lo, term.hi
+    if lo > MAX_REQUIRED_COUNT:
+        raise too_complex(f"at least {lo} repetitions (limit {MAX_REQUIRED_COUNT})")
     if hi is None:
         return f"{inner}*" if lo == 0 else f"{inner}+" if lo == 1 else f"{inner}~{lo} {inner}*"
     if lo == 0 and hi == 1:
