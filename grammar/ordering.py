@@ -12,7 +12,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar import strings
+from sprig.grammar import intsteps, strings
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import Punctuation
 from sprig.grammar.schema_eval import Evaluator
@@ -50,8 +50,7 @@ class SchemaOrderer:
         if isinstance(value, int | float):
             d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
             integral = d == d.to_integral_value()
-            part = vs.ints if integral else vs.fracs
-            if not part.contains(d):
+            if not (intsteps.contains(vs.ints, vs.steps, int(d)) if integral else vs.fracs.contains(d)):
                 return None
             return str(int(d)) if integral else self._plain(value)  # why: integers are spelled as integers
         if isinstance(value, str):

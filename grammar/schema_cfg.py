@@ -10,8 +10,8 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 
 from __future__ import annotations
 
+from sprig.grammar import intsteps, strings
 from sprig.grammar import regex_ir as ir
-from sprig.grammar import strings
 from sprig.grammar.cfg import EMPTY, NEVER, Grammar, Sym, Term, cat, choice, lex, opt, repeat
 from sprig.grammar.errors import invalid_schema, too_complex, unsupported
 from sprig.grammar.json_schema import load_schema
@@ -111,6 +111,8 @@ class CfgEmitter:
         scalars += [FALSE] if False in vs.bools else []
         scalars += [numbers_regex(vs.ints, vs.fracs), json_string(strings.string_language(vs.strings))]
         parts = [lex(ir.alt(*scalars))]
+        parts += [intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step)
+                  for i, (interval, step) in enumerate(vs.steps)]
         parts += [self.array(shape) for shape in vs.arrays]
         parts += [self.object(shape) for shape in vs.objects]
         return choice(*(p for p in parts if p != NEVER)) if any(p != NEVER for p in parts) else NEVER

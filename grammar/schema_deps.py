@@ -4,7 +4,7 @@
 present) and draft 7's `dependencies` (either form) become "the key is absent, or the dependent part
 holds": `not {required: [key]}` or the dependent schema. The two synthetic subschemas get pointers with a
 `~if`/`~then` token, which no real JSON pointer has (`~` is always escaped there), so they never collide.
-`patternProperties` becomes disjoint key regions (one per non-empty set of matching patterns) for the
+`multipleOf` constrains integers only (grammar/intsteps.py). `patternProperties` becomes disjoint key regions (one per non-empty set of matching patterns) for the
 object shape. OpenAPI's integer formats (`int32`, `int64`, `uint32`, `uint64`) bound integers to their range;
 `float`/`double` are annotations (every JSON number a grammar writes is within a double's range).
 """
@@ -15,6 +15,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from sprig.grammar import intsteps
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, unsupported
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.schema_refs import DEFAULT_BASE, SchemaDocument, child_pointer
@@ -105,3 +106,21 @@ def check_pattern(pattern: str, pointer: str) -> None:
                            GrammarErrorCode.INVALID_REGEX, pointer=pointer) from None
     except PatternUnsupported as exc:
         raise unsupported("patternProperties", pointer, str(exc)) from None
+
+
+def multiple_of(node: dict[str, Any], pointer: str) -> ValueSet:
+    """Multiples of p/q (lowest terms) among the integers are the multiples of p (grammar/intsteps.py)."""
+    where = child_pointer(pointer, "multipleOf")
+    step = node["multipleOf"]
+    if isinstance(step, bool) or not isinstance(step, int | Decimal) or step <= 0:
+        raise invalid_schema("multipleOf must be a number greater than 0", where)
+    if abs(Decimal(step).adjusted()) > 400:  # why: as_integer_ratio of 1e100000 is a 100,000-digit integer
+        raise unsupported("multipleOf", where, "a step beyond 400 digits")
+    num, den = Decimal(step).as_integer_ratio()
+    if num > intsteps.MAX_MODULUS:
+        raise unsupported("multipleOf", where, f"a step over {intsteps.MAX_MODULUS}")
+    types = node.get("type")
+    if den != 1 and not (types == "integer" or (isinstance(types, list) and "number" not in types)):
+        raise unsupported("multipleOf", where, "a fractional step on non-integer numbers")
+    ints, steps = intsteps.clean(NumSet.nothing(True), list(intsteps.multiples(num, where)))
+    return replace(ValueSet.top(), ints=ints, fracs=NumSet.nothing(False), steps=steps)

@@ -24,6 +24,7 @@ from sprig.grammar.schema_deps import (
     NUMERIC_FORMATS,
     dependency_parts,
     integer_format_part,
+    multiple_of,
     pattern_properties,
     pattern_regions,
 )
@@ -86,7 +87,7 @@ MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
 MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
 HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + DEPENDENCY_KEYWORDS + (
-    "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
+    "multipleOf", "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
 
 def canonical(value: Any) -> str:
@@ -252,6 +253,8 @@ class Evaluator:
             yield literal_set(node["const"])
         if any(k in node for k in NUMBER_KEYS):
             yield _numbers(node, pointer)
+        if "multipleOf" in node:
+            yield multiple_of(node, pointer)
         if any(k in node for k in STRING_KEYS):
             yield self._strings(node, pointer)
         if any(k in node for k in ARRAY_KEYS):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from sprig.grammar import intsteps
 from sprig.grammar.errors import too_complex
 from sprig.grammar.numbers import NumSet
 
@@ -367,6 +368,7 @@ class ValueSet:
     strings: SExpr
     arrays: tuple[ArrShape, ...]
     objects: tuple[ObjShape, ...]
+    steps: intsteps.Pieces = ()  # more integers: (interval set, residue classes) pieces, from multipleOf
 
     @staticmethod
     def top() -> ValueSet:
@@ -381,22 +383,25 @@ class ValueSet:
         return self == ValueSet.top()
 
     def intersect(self, other: ValueSet, member=None) -> ValueSet:
-        return ValueSet(self.null and other.null, self.bools & other.bools, self.ints.intersect(other.ints),
+        ints, steps = intsteps.intersect(self.ints, self.steps, other.ints, other.steps)
+        return ValueSet(self.null and other.null, self.bools & other.bools, ints,
                         self.fracs.intersect(other.fracs), s_and(self.strings, other.strings, member=member),
                         shape_product(self.arrays, other.arrays, array_and),
-                        shape_product(self.objects, other.objects, object_and))
+                        shape_product(self.objects, other.objects, object_and), steps)
 
     def union(self, other: ValueSet) -> ValueSet:
-        return ValueSet(self.null or other.null, self.bools | other.bools, self.ints.union(other.ints),
+        ints, steps = intsteps.union(self.ints, self.steps, other.ints, other.steps)
+        return ValueSet(self.null or other.null, self.bools | other.bools, ints,
                         self.fracs.union(other.fracs), s_or(self.strings, other.strings),
-                        _dedupe(self.arrays + other.arrays), _dedupe(self.objects + other.objects))
+                        _dedupe(self.arrays + other.arrays), _dedupe(self.objects + other.objects), steps)
 
     def complement(self) -> ValueSet:
         """Every JSON value not in this set; raises NotRepresentable where the shapes cannot say it."""
-        return ValueSet(not self.null, frozenset((True, False)) - self.bools, self.ints.complement(),
+        ints, steps = intsteps.complement(self.ints, self.steps)
+        return ValueSet(not self.null, frozenset((True, False)) - self.bools, ints,
                         self.fracs.complement(), s_not(self.strings),
                         shapes_not(self.arrays, array_not, ArrShape()),
-                        shapes_not(self.objects, object_not, ObjShape()))
+                        shapes_not(self.objects, object_not, ObjShape()), steps)
 
 
 def _dedupe(shapes: tuple) -> tuple:

@@ -151,3 +151,32 @@ def test_contains_beyond_one_count_is_refused_by_name(compiler, schema, pointer)
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(schema))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == pointer
+
+
+INTEGERS = [0, 3, -3, 4, 6, 7, 9, 12, -12, 15, 30, 45, 99, 100, 105, -105, 1.5, 3.0]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "multipleOf": 3},
+    {"type": "integer", "multipleOf": 3, "minimum": -10, "maximum": 50},
+    {"type": "integer", "multipleOf": 1.5},
+    {"allOf": [{"multipleOf": 3}, {"multipleOf": 5}]},
+    {"type": "integer", "not": {"multipleOf": 3}},
+    {"type": "integer", "oneOf": [{"multipleOf": 3}, {"multipleOf": 5}]},
+    {"type": "integer", "anyOf": [{"multipleOf": 7, "maximum": 0}, {"minimum": 40}]},
+    {"if": {"exclusiveMaximum": 0}, "then": {"minimum": -10}, "else": {"multipleOf": 2}},
+])
+def test_integer_multiple_of(compiler, schema):
+    agrees(compiler, schema, INTEGERS)
+
+
+def test_fractional_multiple_of_on_numbers_is_refused_by_name(compiler):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema({"type": "number", "multipleOf": 0.01}))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == "/multipleOf"
+
+
+def test_generated_multiples_read_back_as_integers(compiler):
+    compiled = compiler.compile(GrammarSpec.json_schema({"type": "integer", "multipleOf": 7, "minimum": 1}))
+    assert accepts(compiled, "7") and accepts(compiled, "700") and not accepts(compiled, "7.0")
+    assert not accepts(compiled, "0") and not accepts(compiled, "701") and not accepts(compiled, "-7")
