@@ -4,6 +4,9 @@
 present) and draft 7's `dependencies` (either form) become "the key is absent, or the dependent part
 holds": `not {required: [key]}` or the dependent schema. The two synthetic subschemas get pointers with a
 `~if`/`~then` token, which no real JSON pointer has (`~` is always escaped there), so they never collide.
+`unevaluatedProperties`/`unevaluatedItems` are exact where no in-place applicator (allOf, anyOf, oneOf,
+if, $ref, dependentSchemas, ...) can evaluate more: then they value exactly what additionalProperties /
+items would (`unevaluated_keys`); next to an applicator they are refused by name.
 `multipleOf` constrains integers only (grammar/intsteps.py). `patternProperties` becomes disjoint key regions (one per non-empty set of matching patterns) for the
 object shape. OpenAPI's integer formats (`int32`, `int64`, `uint32`, `uint64`) bound integers to their range;
 `float`/`double` are annotations (every JSON number a grammar writes is within a double's range).
@@ -124,3 +127,30 @@ def multiple_of(node: dict[str, Any], pointer: str) -> ValueSet:
         raise unsupported("multipleOf", where, "a fractional step on non-integer numbers")
     ints, steps = intsteps.clean(NumSet.nothing(True), list(intsteps.multiples(num, where)))
     return replace(ValueSet.top(), ints=ints, fracs=NumSet.nothing(False), steps=steps)
+
+
+IN_PLACE = ("allOf", "anyOf", "oneOf", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
+            "dependentSchemas", "dependencies")
+
+
+def unevaluated_keys(node: dict[str, Any], pointer: str) -> tuple[str, str | None]:
+    """The keywords whose schemas value undeclared properties and the items after the prefix.
+
+    (`additionalProperties`, None) unless an unevaluated* keyword takes that role; None for items means
+    the usual rule (`items`, or `additionalItems` after an array-form `items`).
+    """
+    props, items = "additionalProperties", None
+    for keyword in ("unevaluatedProperties", "unevaluatedItems"):
+        value = node.get(keyword)
+        if value is None or value is True or value == {}:
+            continue  # why: an unevaluated* that allows everything constrains nothing
+        where = child_pointer(pointer, keyword)
+        if any(k in node for k in IN_PLACE) or (keyword == "unevaluatedItems" and "contains" in node):
+            raise unsupported(keyword, where, "next to in-place applicators (allOf, $ref, if, contains, ...)")
+        if keyword == "unevaluatedProperties":
+            props = props if "additionalProperties" in node else keyword
+        elif isinstance(node.get("items"), list):
+            items = None if "additionalItems" in node else keyword
+        else:
+            items = None if "items" in node else keyword
+    return props, items

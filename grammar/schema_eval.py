@@ -27,6 +27,7 @@ from sprig.grammar.schema_deps import (
     multiple_of,
     pattern_properties,
     pattern_regions,
+    unevaluated_keys,
 )
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
 from sprig.grammar.schema_values import (
@@ -79,9 +80,9 @@ TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems", "contains", "minContains",
-              "maxContains")
+              "maxContains", "unevaluatedItems")
 OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
-               "patternProperties", "propertyNames")
+               "patternProperties", "propertyNames", "unevaluatedProperties")
 MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
@@ -257,13 +258,14 @@ class Evaluator:
             yield multiple_of(node, pointer)
         if any(k in node for k in STRING_KEYS):
             yield self._strings(node, pointer)
+        props_key, items_key = unevaluated_keys(node, pointer)
         if any(k in node for k in ARRAY_KEYS):
-            yield _arrays(node, pointer, path)
+            yield _arrays(node, pointer, path, items_key)
         if any(k in node for k in OBJECT_KEYS):
             names = S_ALL
             if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
                 names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
-            yield _objects(node, pointer, path, self.options.allow_extra_properties, names)
+            yield _objects(node, pointer, path, self.options.allow_extra_properties, names, props_key)
         yield from self._applicators(node, pointer)
         yield from dependency_parts(self.doc, node, pointer)
         integer_format = integer_format_part(node)
@@ -390,7 +392,7 @@ def _child(pointer: str, path: tuple[str, ...], *tokens: str | int) -> Expr:
     return Bound(Node(child_pointer(pointer, *tokens)), path)
 
 
-def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueSet:
+def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], items_key: str | None = None) -> ValueSet:
     prefix: tuple[Expr, ...] = ()
     tail: Expr = TOP
     items = node.get("items")
@@ -403,6 +405,8 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
             tail = _child(pointer, path, "additionalItems")
     elif items is not None:
         tail = _child(pointer, path, "items")
+    if items_key is not None:  # unevaluatedItems values what items would
+        tail = _child(pointer, path, items_key)
     contains: tuple[tuple[Expr, int, int | None], ...] = ()
     if "contains" in node:  # why: minContains/maxContains mean nothing without it
         lo, hi = _count(node, "minContains", pointer, 1) or 0, _count(node, "maxContains", pointer, None)
@@ -413,15 +417,16 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
     return replace(ValueSet.top(), arrays=(shape,))
 
 
-def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool, names: SExpr) -> ValueSet:
+def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool, names: SExpr,
+             props_key: str = "additionalProperties") -> ValueSet:
     props = node.get("properties", {})
     required = node.get("required", [])
     if not isinstance(props, dict):
         raise invalid_schema("properties must be an object", child_pointer(pointer, "properties"))
     if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
         raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
-    explicit = "additionalProperties" in node
-    additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
+    explicit = props_key in node
+    additional = _child(pointer, path, props_key) if explicit else TOP if extra else BOTTOM
     found = pattern_properties(node, pointer, path)
 
     def value(key: str, declared: Expr | None) -> Expr:

@@ -180,3 +180,29 @@ def test_generated_multiples_read_back_as_integers(compiler):
     compiled = compiler.compile(GrammarSpec.json_schema({"type": "integer", "multipleOf": 7, "minimum": 1}))
     assert accepts(compiled, "7") and accepts(compiled, "700") and not accepts(compiled, "7.0")
     assert not accepts(compiled, "0") and not accepts(compiled, "701") and not accepts(compiled, "-7")
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"name": {"type": "string"}}, "unevaluatedProperties": False},
+    {"type": "object", "patternProperties": {"^x-": {}}, "unevaluatedProperties": {"type": "integer"}},
+    {"type": "object", "additionalProperties": {"type": "string"}, "unevaluatedProperties": False},
+    {"type": "object", "allOf": [{"properties": {"card": {}}}], "unevaluatedProperties": True},
+])
+def test_unevaluated_properties_without_applicators(compiler, schema):
+    agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}, OBJECTS + PATTERNED)
+
+
+@pytest.mark.parametrize("schema", [
+    {"prefixItems": [{"type": "integer"}], "unevaluatedItems": False},
+    {"prefixItems": [{}], "unevaluatedItems": {"minimum": 5}},
+    {"items": {"type": "integer"}, "unevaluatedItems": False},
+])
+def test_unevaluated_items_without_applicators(compiler, schema):
+    agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "array", **schema}, ARRAYS)
+
+
+def test_unevaluated_next_to_an_applicator_is_refused_by_name(compiler):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema(
+            {"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False}))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == "/unevaluatedProperties"
