@@ -15,7 +15,7 @@ from typing import Any
 from sprig.grammar import intsteps, strings
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import Punctuation
-from sprig.grammar.schema_eval import Evaluator
+from sprig.grammar.schema_eval import Evaluator, canonical, parse_json
 from sprig.grammar.schema_refs import SchemaDocument
 from sprig.grammar.schema_values import Node, ValueSet
 from sprig.grammar.spec import JsonOptions
@@ -63,6 +63,8 @@ class SchemaOrderer:
         if len(value) < shape.min_items or (shape.max_items is not None and len(value) > shape.max_items):
             return None
         parts = [self._value(v, self.ev.eval_child(shape.at(i), path), path) for i, v in enumerate(value)]
+        if shape.unique and len({canonical(parse_json(json.dumps(v))) for v in value}) < len(value):
+            return None  # why: equal as JSON values (1 == 1.0), as uniqueItems compares
         for expr, lo, hi in shape.contains:
             matched = sum(self._value(v, self.ev.eval_child(expr, path), path) is not None for v in value)
             if matched < lo or (hi is not None and matched > hi):

@@ -10,6 +10,8 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 
 from __future__ import annotations
 
+import json
+
 from sprig.grammar import intsteps, strings
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.cfg import EMPTY, NEVER, Grammar, Sym, Term, cat, choice, lex, opt, repeat
@@ -17,13 +19,26 @@ from sprig.grammar.errors import invalid_schema, too_complex, unsupported
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
-from sprig.grammar.schema_eval import Evaluator
+from sprig.grammar.schema_eval import Evaluator, canonical
 from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
-from sprig.grammar.schema_values import ArrShape, Bound, Expr, Node, ObjShape, Ref, ValueSet, and_, not_
+from sprig.grammar.schema_values import (
+    S_NONE,
+    ArrShape,
+    Bound,
+    Expr,
+    Node,
+    ObjShape,
+    Ref,
+    SLits,
+    ValueSet,
+    and_,
+    not_,
+)
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow terms)
 ANY = "any"  # the rule name of "any JSON value"
+MAX_UNIQUE_DOMAIN = 10  # why: uniqueItems tracks the set of values used: 2^n rules
 MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (property, count)
 
 
@@ -131,6 +146,8 @@ class CfgEmitter:
         return Sym(ANY)
 
     def array(self, shape: ArrShape) -> Term:
+        if shape.unique:
+            return self._unique(shape)
         if shape.contains:
             return self._contains(shape)
         prefix = [self.rule(e) for e in shape.prefix]
@@ -139,6 +156,31 @@ class CfgEmitter:
             return NEVER
         body = self._array_body(prefix, tail, 0, shape.min_items, shape.max_items)
         return cat(lex(self.p.open_array), body, lex(self.p.close_array))
+
+    def _unique(self, shape: ArrShape) -> Term:
+        """uniqueItems over a small finite domain: one rule per set of values used so far."""
+        if shape.prefix or shape.contains:
+            raise unsupported("uniqueItems", shape.unique, "only without prefixItems and contains")
+        values = finite_domain(self.ev.eval_child(shape.items, ()))
+        if values is None or len(values) > MAX_UNIQUE_DOMAIN:
+            raise unsupported("uniqueItems", shape.unique, f"items with more than {MAX_UNIQUE_DOMAIN} possible values")
+        items = [lex(ir.lit(text)) for text in values]
+        lo, hi = shape.min_items, len(values) if shape.max_items is None else min(shape.max_items, len(values))
+        base, comma = f"u{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
+
+        def used(mask: int) -> Term:
+            name = f"{base}_{mask}"
+            if name not in self.grammar.rules:
+                self.grammar.add(name, NEVER)
+                n = bin(mask).count("1")
+                self.grammar.rules[name] = choice(EMPTY if n >= lo else NEVER, *(
+                    cat(comma, item, used(mask | 1 << i)) for i, item in enumerate(items)
+                    if not mask >> i & 1 and n < hi))
+            return Sym(name)
+
+        first = choice(EMPTY if lo == 0 else NEVER, *(cat(item, used(1 << i)) for i, item in enumerate(items)
+                                                       if hi >= 1))
+        return cat(lex(self.p.open_array), first, lex(self.p.close_array))
 
     def _contains(self, shape: ArrShape) -> Term:
         """Arrays with between lo and hi items matching C: rules that count the matches so far."""
@@ -294,3 +336,25 @@ def json_object_grammar(options: JsonOptions) -> Grammar:
     emitter.drain()
     emitter.grammar.prune()
     return emitter.grammar
+
+
+def finite_domain(vs: ValueSet) -> list[str] | None:
+    """The canonical JSON texts of a value set's members when it is a small set of scalars, else None."""
+    if vs.arrays or vs.objects or vs.steps:
+        return None
+    out = ["null"] * vs.null + [json.dumps(b) for b in sorted(vs.bools)]
+    for numbers in (vs.ints, vs.fracs):
+        for iv in numbers.intervals:
+            if iv.lo is None or iv.hi is None or iv.hi - iv.lo > MAX_UNIQUE_DOMAIN:
+                return None
+            if numbers.integral:
+                out += [str(n) for n in range(int(iv.lo), int(iv.hi) + 1)]
+            elif iv.lo == iv.hi:
+                out.append(canonical(iv.lo))
+            else:
+                return None
+    if vs.strings != S_NONE:
+        if not isinstance(vs.strings, SLits):
+            return None
+        out += [dumps(v) for v in sorted(vs.strings.values)]
+    return out

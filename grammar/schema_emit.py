@@ -65,6 +65,8 @@ class Emitter:
         return self._any[depth]
 
     def array(self, shape: ArrShape, path: tuple[str, ...], depth: int) -> ir.Node:
+        if shape.unique:
+            raise unsupported("uniqueItems", shape.unique, "needs the llguidance backend")
         if shape.contains:  # why: counting matching items is a grammar's job (the llguidance backend)
             expr = shape.contains[0][0]
             where = expr.item.pointer if isinstance(expr, Bound) and isinstance(expr.item, Node) else ""

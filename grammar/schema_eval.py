@@ -80,7 +80,7 @@ TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems", "contains", "minContains",
-              "maxContains", "unevaluatedItems")
+              "maxContains", "unevaluatedItems", "uniqueItems")
 OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
                "patternProperties", "propertyNames", "unevaluatedProperties")
 MAX_ENUM = 10_000
@@ -412,8 +412,9 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], items_key
         lo, hi = _count(node, "minContains", pointer, 1) or 0, _count(node, "maxContains", pointer, None)
         if lo > 0 or hi is not None:
             contains = ((_child(pointer, path, "contains"), lo, hi),)
+    unique = child_pointer(pointer, "uniqueItems") if node.get("uniqueItems") is True else ""
     shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None),
-                     contains)
+                     contains, unique)
     return replace(ValueSet.top(), arrays=(shape,))
 
 

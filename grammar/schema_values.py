@@ -212,6 +212,7 @@ class ArrShape:
     min_items: int = 0
     max_items: int | None = None
     contains: tuple[tuple[Expr, int, int | None], ...] = ()  # (schema, min, max items matching it)
+    unique: str = ""  # uniqueItems: true, as the keyword's pointer ("" = items may repeat)
 
     def at(self, i: int) -> Expr:
         return self.prefix[i] if i < len(self.prefix) else self.items
@@ -280,7 +281,7 @@ def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
     his = [x for x in (a.max_items, b.max_items) if x is not None]
     return ArrShape(tuple(and_(a.at(i), b.at(i)) for i in range(n)), and_(a.items, b.items),
                     max(a.min_items, b.min_items), min(his) if his else None,
-                    a.contains + tuple(c for c in b.contains if c not in a.contains))
+                    a.contains + tuple(c for c in b.contains if c not in a.contains), a.unique or b.unique)
 
 
 def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
@@ -297,6 +298,8 @@ def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
 
 
 def array_not(a: ArrShape) -> list[ArrShape]:
+    if a.unique:
+        raise NotRepresentable("uniqueItems")  # why: "some item repeats" is no shape
     out: list[ArrShape] = []
     if a.min_items > 0:
         out.append(ArrShape(max_items=a.min_items - 1))

@@ -206,3 +206,27 @@ def test_unevaluated_next_to_an_applicator_is_refused_by_name(compiler):
         compiler.compile(GrammarSpec.json_schema(
             {"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False}))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/unevaluatedProperties"
+
+
+TAG_ARRAYS = [[], ["a"], ["a", "b"], ["b", "a"], ["a", "a"], ["a", "b", "c"], ["c", "b", "a", "b"], [1, 1.0],
+              [True, 1], [None, None], ["a", "b", "c", "d"]]
+
+
+@pytest.mark.parametrize("schema", [
+    {"items": {"enum": ["a", "b", "c"]}, "uniqueItems": True},
+    {"items": {"enum": ["a", "b", "c"]}, "uniqueItems": True, "minItems": 2},
+    {"items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True, "maxItems": 2},
+    {"items": {"enum": [1, True, None, "a"]}, "uniqueItems": True},
+    {"items": {"type": "integer", "minimum": 0, "maximum": 3}, "uniqueItems": True},
+])
+def test_unique_items_over_small_domains(compiler, schema):
+    agrees(compiler, {"type": "array", **schema}, TAG_ARRAYS + [[0, 1, 2], [3, 3], [0, 1, 2, 3]])
+
+
+@pytest.mark.parametrize("schema", [{"type": "array", "uniqueItems": True},
+                                    {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                                    {"not": {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}}])
+def test_unique_items_elsewhere_is_refused_by_name(compiler, schema):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema(schema))
+    assert err.value.code == "unsupported_keyword" and "uniqueItems" in err.value.message
