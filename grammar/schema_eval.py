@@ -88,7 +88,7 @@ MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
 MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
 HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + DEPENDENCY_KEYWORDS + (
-    "multipleOf", "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
+    "multipleOf", "$dynamicRef", "$dynamicAnchor", "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
 
 def canonical(value: Any) -> str:
@@ -287,6 +287,10 @@ class Evaluator:
             if not isinstance(node["$ref"], str):
                 raise invalid_schema("$ref must be a string", child_pointer(pointer, "$ref"))
             yield Ref(self.doc.resolve(node["$ref"], pointer), child_pointer(pointer, "$ref"))
+        if "$dynamicRef" in node and self.doc.draft >= 2020:
+            if not isinstance(node["$dynamicRef"], str):
+                raise invalid_schema("$dynamicRef must be a string", child_pointer(pointer, "$dynamicRef"))
+            yield Ref(self.doc.resolve_dynamic(node["$dynamicRef"], pointer), child_pointer(pointer, "$dynamicRef"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
         lo = _count(node, "minLength", pointer, 0)

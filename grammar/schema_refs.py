@@ -53,6 +53,7 @@ class SchemaDocument:
     resources: dict[str, str] = field(default_factory=dict)
     anchors: dict[str, str] = field(default_factory=dict)
     draft: int = 2020  # 4, 6, 7, 2019 or 2020, from the root's $schema
+    dynamic_anchors: dict[str, int] = field(default_factory=dict)  # $dynamicAnchor name -> how many
 
     @property
     def ref_overrides(self) -> bool:
@@ -86,11 +87,23 @@ class SchemaDocument:
                     self.resources.setdefault(base, pointer)
                 if name and self.draft <= 7:  # why: drafts 6/7 spell an anchor as an id fragment
                     self.anchors.setdefault(f"{base}#{name}", pointer)
+            if isinstance(node.get("$dynamicAnchor"), str):
+                name = node["$dynamicAnchor"]
+                self.dynamic_anchors[name] = self.dynamic_anchors.get(name, 0) + 1
             for key in ("$anchor", "$dynamicAnchor"):  # a $dynamicAnchor is also a plain anchor for $ref
                 if isinstance(node.get(key), str):
                     self.anchors.setdefault(f"{base}#{node[key]}", pointer)
         self.base_of[pointer] = base
         return base
+
+    def resolve_dynamic(self, ref: str, at: str) -> str:
+        """`$dynamicRef`, where it means what `$ref` means: its anchor name is not a $dynamicAnchor more than
+        once in the document, so dynamic scope cannot pick another target (a remote scope is refused)."""
+        name = ref.partition("#")[2]
+        if name and not name.startswith("/") and self.dynamic_anchors.get(unquote(name), 0) > 1:
+            raise unsupported("$dynamicRef", child_pointer(at, "$dynamicRef"),
+                              "several dynamic anchors of that name: the target depends on the dynamic scope")
+        return self.resolve(ref, at)
 
     def resolve(self, ref: str, at: str) -> str:
         """The JSON pointer (from the document root) that `$ref: ref` at location `at` refers to."""

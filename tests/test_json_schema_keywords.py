@@ -230,3 +230,19 @@ def test_unique_items_elsewhere_is_refused_by_name(compiler, schema):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(schema))
     assert err.value.code == "unsupported_keyword" and "uniqueItems" in err.value.message
+
+
+def test_dynamic_ref_with_one_dynamic_anchor_is_a_ref(compiler):
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$dynamicAnchor": "node",
+              "type": "object", "properties": {"kids": {"type": "array", "items": {"$dynamicRef": "#node"}},
+                                               "v": {"type": "integer"}}, "additionalProperties": False}
+    agrees(compiler, schema, [{}, {"v": 1}, {"kids": [{"v": 2, "kids": [{}]}]}, {"kids": [{"w": 1}]}, {"v": "x"}])
+
+
+def test_dynamic_ref_with_competing_anchors_is_refused_by_name(compiler):
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://x.test/root",
+              "$dynamicAnchor": "t", "$defs": {"other": {"$id": "other", "$dynamicAnchor": "t", "type": "string"}},
+              "items": {"$dynamicRef": "#t"}}
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema(schema))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == "/items/$dynamicRef"
