@@ -30,6 +30,11 @@ class Lex(Term):
 
 
 @dataclass(frozen=True)
+class LexAnd(Term):
+    parts: tuple[ir.Node, ...]  # one lexeme matching every part (llguidance intersects them lazily)
+
+
+@dataclass(frozen=True)
 class Sym(Term):
     name: str  # a rule, by name
 
@@ -130,7 +135,7 @@ class Grammar:
         lexemes: dict[str, str] = {}
         lines = [f"{_rule_name(self.start)}: {_render(self.rules[self.start], lexemes)}"]
         lines += [f"{_rule_name(n)}: {_render(b, lexemes)}" for n, b in self.rules.items() if n != self.start]
-        lines += [f"{name}: /{text}/" for text, name in lexemes.items()]
+        lines += [f"{name}: {text}" for text, name in lexemes.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -139,8 +144,8 @@ def _rule_name(name: str) -> str:
 
 
 def _productive(term: Term, live: set[str]) -> bool:
-    if isinstance(term, Lex):
-        return True
+    if isinstance(term, Lex | LexAnd):
+        return True  # why: the emitters only build LexAnd over a non-empty intersection
     if isinstance(term, Sym):
         return term.name in live
     if isinstance(term, Cat):
@@ -165,7 +170,7 @@ def _pruned(term: Term, live: set[str]) -> Term:
 
 def _composites(term: Term) -> int:
     """Symbols llguidance will make for `term`: one per lexeme reference, group and repetition (an upper bound)."""
-    if isinstance(term, Lex):
+    if isinstance(term, Lex | LexAnd):
         return 1
     if isinstance(term, Cat | Choice):
         return 1 + sum(_composites(i) for i in term.items)
@@ -175,10 +180,11 @@ def _composites(term: Term) -> int:
 
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:
-    if isinstance(term, Lex):
-        if term.regex.min_len > MAX_REQUIRED_COUNT:
-            raise too_complex(f"a value of at least {term.regex.min_len} characters")
-        text = _lexeme_text(term.regex)
+    if isinstance(term, Lex | LexAnd):
+        nodes = (term.regex,) if isinstance(term, Lex) else term.parts
+        if max(n.min_len for n in nodes) > MAX_REQUIRED_COUNT:
+            raise too_complex(f"a value of at least {max(n.min_len for n in nodes)} characters")
+        text = " & ".join(f"/{_lexeme_text(n)}/" for n in nodes)
         if len(text) > MAX_LEXEME_CHARS:
             raise too_complex(f"a lexeme of more than {MAX_LEXEME_CHARS} regex characters")
         return lexemes.setdefault(text, f"L{len(lexemes)}")
@@ -209,4 +215,4 @@ def _lexeme_text(node: ir.Node) -> str:
 
 def _atom(term: Term, lexemes: dict[str, str]) -> str:
     text = _render(term, lexemes)
-    return text if isinstance(term, Lex | Sym) else f"({text})"
+    return text if isinstance(term, Lex | LexAnd | Sym) else f"({text})"

@@ -14,7 +14,7 @@ import json
 
 from sprig.grammar import intsteps, strings
 from sprig.grammar import regex_ir as ir
-from sprig.grammar.cfg import EMPTY, NEVER, Grammar, Sym, Term, cat, choice, lex, opt, repeat
+from sprig.grammar.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
 from sprig.grammar.errors import invalid_schema, too_complex, unsupported
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
@@ -124,8 +124,13 @@ class CfgEmitter:
         scalars = [NULL] if vs.null else []
         scalars += [TRUE] if True in vs.bools else []
         scalars += [FALSE] if False in vs.bools else []
-        scalars += [numbers_regex(vs.ints, vs.fracs), json_string(strings.string_language(vs.strings))]
+        scalars.append(numbers_regex(vs.ints, vs.fracs))
+        together = strings.intersection_parts(vs.strings)
+        if together is None:
+            scalars.append(json_string(strings.string_language(vs.strings)))
         parts = [lex(ir.alt(*scalars))]
+        if together is not None and not strings.intersection_is_empty(together):  # why: lazily, not as one DFA
+            parts.append(LexAnd(tuple(json_string(p) for p in together)))
         parts += [intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step)
                   for i, (interval, step) in enumerate(vs.steps)]
         parts += [self.array(shape) for shape in vs.arrays]

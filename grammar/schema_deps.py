@@ -14,7 +14,7 @@ object shape. OpenAPI's integer formats (`int32`, `int64`, `uint32`, `uint64`) b
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -131,26 +131,69 @@ def multiple_of(node: dict[str, Any], pointer: str) -> ValueSet:
 
 IN_PLACE = ("allOf", "anyOf", "oneOf", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
             "dependentSchemas", "dependencies")
+CONDITIONAL = tuple(k for k in IN_PLACE if k not in ("allOf", "$ref"))  # why: these evaluate only if they pass
 
 
-def unevaluated_keys(node: dict[str, Any], pointer: str) -> tuple[str, str | None]:
-    """The keywords whose schemas value undeclared properties and the items after the prefix.
+@dataclass(frozen=True)
+class Unevaluated:
+    """What an unevaluated* keyword becomes: which keyword values undeclared properties / later items, and
+    the property names, patterns and prefix length that must-succeed subschemas (allOf, $ref) evaluate."""
 
-    (`additionalProperties`, None) unless an unevaluated* keyword takes that role; None for items means
-    the usual rule (`items`, or `additionalItems` after an array-form `items`).
-    """
-    props, items = "additionalProperties", None
+    props_key: str = "additionalProperties"
+    items_key: str | None = None  # None: the usual rule (items, or additionalItems after array-form items)
+    keys: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    prefix: int = 0
+
+
+def unevaluated_keys(doc: SchemaDocument, node: dict[str, Any], pointer: str) -> Unevaluated:
+    """How unevaluated* constrains here; refused by name where a conditional applicator could evaluate more."""
+    out = Unevaluated()
     for keyword in ("unevaluatedProperties", "unevaluatedItems"):
         value = node.get(keyword)
         if value is None or value is True or value == {}:
             continue  # why: an unevaluated* that allows everything constrains nothing
         where = child_pointer(pointer, keyword)
-        if any(k in node for k in IN_PLACE) or (keyword == "unevaluatedItems" and "contains" in node):
-            raise unsupported(keyword, where, "next to in-place applicators (allOf, $ref, if, contains, ...)")
+        found = _evaluated(doc, node, pointer, keyword == "unevaluatedItems", set(), where)
+        if found is None:
+            continue  # why: a sibling evaluates everything (additionalProperties, items, ...)
+        keys, patterns, prefix = found
         if keyword == "unevaluatedProperties":
-            props = props if "additionalProperties" in node else keyword
-        elif isinstance(node.get("items"), list):
-            items = None if "additionalItems" in node else keyword
+            out = replace(out, props_key=keyword, keys=tuple(sorted(keys)), patterns=tuple(sorted(patterns)))
         else:
-            items = None if "items" in node else keyword
-    return props, items
+            out = replace(out, items_key=keyword, prefix=prefix)
+    return out
+
+
+def _evaluated(doc: SchemaDocument, node: Any, pointer: str, items: bool, seen: set[str],
+               where: str) -> tuple[set[str], set[str], int] | None:
+    """(property names, patterns, prefix length) the schema at `pointer` and its allOf/$ref subschemas
+    evaluate on any instance they accept; None where they evaluate every property (or item)."""
+    if not isinstance(node, dict) or pointer in seen:
+        return set(), set(), 0
+    seen.add(pointer)
+    keyword = "unevaluatedItems" if items else "unevaluatedProperties"
+    if any(k in node for k in CONDITIONAL) or (items and "contains" in node):
+        raise unsupported(keyword, where, "next to applicators that evaluate only when they pass (anyOf, if, ...)")
+    nested, own = seen != {pointer}, node.get("items")
+    if items:
+        everything = ((own is not None and not isinstance(own, list)) or (isinstance(own, list) and
+                      "additionalItems" in node) or (nested and "unevaluatedItems" in node))
+    else:
+        everything = "additionalProperties" in node or (nested and "unevaluatedProperties" in node)
+    if everything:
+        return None
+    keys = set(node.get("properties", {})) if isinstance(node.get("properties"), dict) else set()
+    patterns = set(node.get("patternProperties", {})) if isinstance(node.get("patternProperties"), dict) else set()
+    prefix_items = node.get("prefixItems", node.get("items") if isinstance(node.get("items"), list) else [])
+    prefix = len(prefix_items) if isinstance(prefix_items, list) else 0
+    subs = [(child_pointer(pointer, "allOf", i), s) for i, s in enumerate(node.get("allOf") or [])]
+    if isinstance(node.get("$ref"), str):
+        target = doc.resolve(node["$ref"], pointer)
+        subs.append((target, doc.lookup(target)))
+    for sub_pointer, sub in subs:
+        found = _evaluated(doc, sub, sub_pointer, items, seen, where)
+        if found is None:
+            return None
+        keys, patterns, prefix = keys | found[0], patterns | found[1], max(prefix, found[2])
+    return keys, patterns, prefix

@@ -22,6 +22,7 @@ from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
 from sprig.grammar.schema_deps import (
     DEPENDENCY_KEYWORDS,
     NUMERIC_FORMATS,
+    Unevaluated,
     dependency_parts,
     integer_format_part,
     multiple_of,
@@ -258,14 +259,14 @@ class Evaluator:
             yield multiple_of(node, pointer)
         if any(k in node for k in STRING_KEYS):
             yield self._strings(node, pointer)
-        props_key, items_key = unevaluated_keys(node, pointer)
+        unevaluated = unevaluated_keys(self.doc, node, pointer)
         if any(k in node for k in ARRAY_KEYS):
-            yield _arrays(node, pointer, path, items_key)
+            yield _arrays(node, pointer, path, unevaluated)
         if any(k in node for k in OBJECT_KEYS):
             names = S_ALL
             if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
                 names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
-            yield _objects(node, pointer, path, self.options.allow_extra_properties, names, props_key)
+            yield _objects(node, pointer, path, self.options.allow_extra_properties, names, unevaluated)
         yield from self._applicators(node, pointer)
         yield from dependency_parts(self.doc, node, pointer)
         integer_format = integer_format_part(node)
@@ -396,7 +397,7 @@ def _child(pointer: str, path: tuple[str, ...], *tokens: str | int) -> Expr:
     return Bound(Node(child_pointer(pointer, *tokens)), path)
 
 
-def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], items_key: str | None = None) -> ValueSet:
+def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], unevaluated: Unevaluated) -> ValueSet:
     prefix: tuple[Expr, ...] = ()
     tail: Expr = TOP
     items = node.get("items")
@@ -409,8 +410,9 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], items_key
             tail = _child(pointer, path, "additionalItems")
     elif items is not None:
         tail = _child(pointer, path, "items")
-    if items_key is not None:  # unevaluatedItems values what items would
-        tail = _child(pointer, path, items_key)
+    if unevaluated.items_key is not None:  # unevaluatedItems values what items would, after what allOf evaluates
+        tail = _child(pointer, path, unevaluated.items_key)
+        prefix += (TOP,) * max(unevaluated.prefix - len(prefix), 0)
     contains: tuple[tuple[Expr, int, int | None], ...] = ()
     if "contains" in node:  # why: minContains/maxContains mean nothing without it
         lo, hi = _count(node, "minContains", pointer, 1) or 0, _count(node, "maxContains", pointer, None)
@@ -423,16 +425,17 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], items_key
 
 
 def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool, names: SExpr,
-             props_key: str = "additionalProperties") -> ValueSet:
+             unevaluated: Unevaluated) -> ValueSet:
     props = node.get("properties", {})
     required = node.get("required", [])
     if not isinstance(props, dict):
         raise invalid_schema("properties must be an object", child_pointer(pointer, "properties"))
     if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
         raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
-    explicit = props_key in node
-    additional = _child(pointer, path, props_key) if explicit else TOP if extra else BOTTOM
+    explicit = unevaluated.props_key in node
+    additional = _child(pointer, path, unevaluated.props_key) if explicit else TOP if extra else BOTTOM
     found = pattern_properties(node, pointer, path)
+    found += [(p, TOP) for p in unevaluated.patterns if p not in dict(found)]  # why: evaluated by allOf/$ref
 
     def value(key: str, declared: Expr | None) -> Expr:
         if names != S_ALL and not strings.member(names, key):
@@ -443,6 +446,7 @@ def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: b
         return and_(declared, *matching)
 
     entries = [(k, value(k, _child(pointer, path, "properties", k)), k in required) for k in props]
+    entries += [(k, value(k, TOP), k in required) for k in unevaluated.keys if k not in props]
     entries += [(k, value(k, None), True) for k in dict.fromkeys(required) if k not in props]
     lo, hi = _count(node, "minProperties", pointer, 0) or 0, _count(node, "maxProperties", pointer, None)
     origin = child_pointer(pointer, "minProperties" if lo else "maxProperties") if lo or hi is not None else ""

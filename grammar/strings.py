@@ -8,12 +8,14 @@ or complement of DFAs, then back to a regex by state elimination, within a state
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 
 from sprig.grammar import charset, fsm, labels
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.char_classes import Dialect
+from sprig.grammar.errors import too_complex
 from sprig.grammar.formats import format_language
 from sprig.grammar.pattern import regex_language
 from sprig.grammar.regex_ir import Flavor
@@ -77,6 +79,37 @@ def string_language(expr: SExpr) -> ir.Node:
     elif not isinstance(expr, SNot):
         return atom_language(expr)
     return fsm.to_ir(_dfa(expr))
+
+
+def intersection_parts(expr: SExpr) -> list[ir.Node] | None:
+    """The parts of a conjunction the direct path cannot build (format or pattern with a length, several
+    patterns), for a grammar engine to intersect lazily; None where one regex is built here instead."""
+    if not isinstance(expr, SAnd) or len(expr.items) < 2 or _direct_and(expr) is not None:
+        return None
+    if any(isinstance(i, SNot | SAnd | SOr) for i in expr.items):
+        return None  # why: a complement needs the automaton anyway
+    return [ir.rep(ANY_CHAR, i.lo, i.hi) if isinstance(i, SLen) else atom_language(i)
+            for i in sorted(expr.items, key=repr)]
+
+
+def intersection_is_empty(parts: list[ir.Node], budget: int = 200_000) -> bool:
+    """Whether no string is in every part: a breadth-first search of the product, stopping at a witness."""
+    dfas = [fsm.determinize(p) for p in parts]
+    start = tuple(0 for _ in dfas)
+    seen, queue = {start}, collections.deque([start])
+    while queue:
+        states = queue.popleft()
+        if all(d.accept[q] for d, q in zip(dfas, states, strict=True)):
+            return False
+        cuts = sorted({x for d, q in zip(dfas, states, strict=True) for lo, hi, _ in d.trans[q] for x in (lo, hi + 1)})
+        for lo in cuts[:-1]:
+            nxt = tuple(d.step(q, lo) for d, q in zip(dfas, states, strict=True))
+            if min(nxt) >= 0 and nxt not in seen:
+                if len(seen) >= budget:
+                    raise too_complex("a combined string constraint is too large to check")
+                seen.add(nxt)
+                queue.append(nxt)
+    return True
 
 
 def _direct_and(expr: SAnd) -> ir.Node | None:

@@ -204,7 +204,7 @@ def test_unevaluated_items_without_applicators(compiler, schema):
 def test_unevaluated_next_to_an_applicator_is_refused_by_name(compiler):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(
-            {"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False}))
+            {"anyOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False}))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/unevaluatedProperties"
 
 
@@ -246,3 +246,47 @@ def test_dynamic_ref_with_competing_anchors_is_refused_by_name(compiler):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(schema))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/items/$dynamicRef"
+
+
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"properties": {"card": {"type": "integer"}}}], "properties": {"name": {}},
+     "unevaluatedProperties": False},
+    {"$defs": {"base": {"properties": {"billing": {}}, "patternProperties": {"^x-": {}}}},
+     "$ref": "#/$defs/base", "unevaluatedProperties": {"type": "boolean"}},
+    {"allOf": [{"additionalProperties": True}], "unevaluatedProperties": False},
+])
+def test_unevaluated_properties_through_all_of_and_ref(compiler, schema):
+    agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", **schema},
+           OBJECTS + PATTERNED)
+
+
+def test_unevaluated_items_through_all_of(compiler):
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "array",
+              "allOf": [{"prefixItems": [{}, {"type": "integer"}]}], "unevaluatedItems": False}
+    agrees(compiler, schema, ARRAYS + [["x", 1], ["x", 1, 2]])
+
+
+@pytest.mark.parametrize("schema,values", [
+    ({"type": "string", "format": "email", "maxLength": 12},
+     ["a@b.co", "abcdefgh@b.co", "not-an-email", "x@y.z", "q@example.com"]),
+    ({"type": "string", "format": "hostname", "minLength": 5, "maxLength": 9},
+     ["abc", "abcde", "ab.cd", "a-b.c.d", "abcdefghij", "-ab.cd"]),
+    ({"type": "string", "pattern": "^a", "maxLength": 4, "format": "uri"}, ["a:b", "a:bcd", "b:cd", "a:b/c/"]),
+])
+def test_formats_with_lengths_compile_and_are_exact(compiler, schema, values):
+    from jsonschema import Draft202012Validator
+
+    checker = Draft202012Validator.FORMAT_CHECKER
+    compiled = compiler.compile(GrammarSpec.json_schema(schema))
+    validator = Draft202012Validator(schema, format_checker=checker)
+    for value in values:
+        assert accepts(compiled, json.dumps(value)) == validator.is_valid(value), value
+
+
+def test_an_empty_format_and_length_intersection_accepts_nothing(compiler):
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema({"type": "string", "format": "uuid", "maxLength": 5}))
+    assert "accepts no JSON value" in err.value.message
+    compiled = compiler.compile(GrammarSpec.json_schema(
+        {"type": "array", "items": {"type": "string", "format": "uuid", "maxLength": 5}}))
+    assert accepts(compiled, "[]") and not accepts(compiled, '["a"]')
