@@ -17,7 +17,7 @@ from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import Punctuation
 from sprig.grammar.schema_eval import Evaluator, canonical, parse_json
 from sprig.grammar.schema_refs import SchemaDocument
-from sprig.grammar.schema_values import Node, ValueSet
+from sprig.grammar.schema_values import Node, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
 
 
@@ -62,7 +62,13 @@ class SchemaOrderer:
     def _array(self, value: list[Any], shape, path: tuple[str, ...]) -> str | None:
         if len(value) < shape.min_items or (shape.max_items is not None and len(value) > shape.max_items):
             return None
-        parts = [self._value(v, self.ev.eval_child(shape.at(i), path), path) for i, v in enumerate(value)]
+        exprs = [shape.at(i) for i in range(len(value))]
+        if len(shape.contains) == 1:  # why: spell each item as the grammar's matching / other-item rule does
+            expr, _, hi = shape.contains[0]
+            for i, v in enumerate(value):
+                matches = self._value(v, self.ev.eval_child(expr, path), path) is not None
+                exprs[i] = and_(exprs[i], expr) if matches else exprs[i] if hi is None else and_(exprs[i], not_(expr))
+        parts = [self._value(v, self.ev.eval_child(e, path), path) for e, v in zip(exprs, value, strict=True)]
         if shape.unique and len({canonical(parse_json(json.dumps(v))) for v in value}) < len(value):
             return None  # why: equal as JSON values (1 == 1.0), as uniqueItems compares
         for expr, lo, hi in shape.contains:
