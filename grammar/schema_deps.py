@@ -4,9 +4,6 @@
 present) and draft 7's `dependencies` (either form) become "the key is absent, or the dependent part
 holds": `not {required: [key]}` or the dependent schema. The two synthetic subschemas get pointers with a
 `~if`/`~then` token, which no real JSON pointer has (`~` is always escaped there), so they never collide.
-`unevaluatedProperties`/`unevaluatedItems` are exact where no in-place applicator (allOf, anyOf, oneOf,
-if, $ref, dependentSchemas, ...) can evaluate more: then they value exactly what additionalProperties /
-items would (`unevaluated_keys`); next to an applicator they are refused by name.
 `multipleOf` constrains integers only (grammar/intsteps.py). `patternProperties` becomes disjoint key regions (one per non-empty set of matching patterns) for the
 object shape. OpenAPI's integer formats (`int32`, `int64`, `uint32`, `uint64`) bound integers to their range;
 `float`/`double` are annotations (every JSON number a grammar writes is within a double's range).
@@ -14,7 +11,7 @@ object shape. OpenAPI's integer formats (`int32`, `int64`, `uint32`, `uint64`) b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -44,11 +41,11 @@ def dependency_parts(doc: SchemaDocument, node: dict[str, Any], pointer: str) ->
             raise invalid_schema(f"{keyword} must be an object", origin)
         for key, dep in value.items():
             at = child_pointer(origin, key)
-            present = _synthetic(doc, at + "/~if", {"required": [key]}, pointer)
+            present = synthetic(doc, at + "/~if", {"required": [key]}, pointer)
             if isinstance(dep, list) and keyword != "dependentSchemas":
                 if any(not isinstance(name, str) for name in dep):
                     raise invalid_schema("dependent property names must be strings", at)
-                then: Expr = _synthetic(doc, at + "/~then", {"required": dep}, pointer)
+                then: Expr = synthetic(doc, at + "/~then", {"required": dep}, pointer)
             elif isinstance(dep, dict | bool) and keyword != "dependentRequired":
                 then = Node(at)
             else:
@@ -68,7 +65,7 @@ def integer_format_part(node: dict[str, Any]) -> ValueSet | None:
     return replace(ValueSet.top(), ints=ints)
 
 
-def _synthetic(doc: SchemaDocument, pointer: str, schema: dict[str, Any], parent: str) -> Node:
+def synthetic(doc: SchemaDocument, pointer: str, schema: dict[str, Any], parent: str) -> Node:
     doc.nodes[pointer] = schema
     doc.base_of[pointer] = doc.base_of.get(parent, DEFAULT_BASE)
     return Node(pointer)
@@ -127,73 +124,3 @@ def multiple_of(node: dict[str, Any], pointer: str) -> ValueSet:
         raise unsupported("multipleOf", where, "a fractional step on non-integer numbers")
     ints, steps = intsteps.clean(NumSet.nothing(True), list(intsteps.multiples(num, where)))
     return replace(ValueSet.top(), ints=ints, fracs=NumSet.nothing(False), steps=steps)
-
-
-IN_PLACE = ("allOf", "anyOf", "oneOf", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
-            "dependentSchemas", "dependencies")
-CONDITIONAL = tuple(k for k in IN_PLACE if k not in ("allOf", "$ref"))  # why: these evaluate only if they pass
-
-
-@dataclass(frozen=True)
-class Unevaluated:
-    """What an unevaluated* keyword becomes: which keyword values undeclared properties / later items, and
-    the property names, patterns and prefix length that must-succeed subschemas (allOf, $ref) evaluate."""
-
-    props_key: str = "additionalProperties"
-    items_key: str | None = None  # None: the usual rule (items, or additionalItems after array-form items)
-    keys: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
-    prefix: int = 0
-
-
-def unevaluated_keys(doc: SchemaDocument, node: dict[str, Any], pointer: str) -> Unevaluated:
-    """How unevaluated* constrains here; refused by name where a conditional applicator could evaluate more."""
-    out = Unevaluated()
-    for keyword in ("unevaluatedProperties", "unevaluatedItems"):
-        value = node.get(keyword)
-        if value is None or value is True or value == {}:
-            continue  # why: an unevaluated* that allows everything constrains nothing
-        where = child_pointer(pointer, keyword)
-        found = _evaluated(doc, node, pointer, keyword == "unevaluatedItems", set(), where)
-        if found is None:
-            continue  # why: a sibling evaluates everything (additionalProperties, items, ...)
-        keys, patterns, prefix = found
-        if keyword == "unevaluatedProperties":
-            out = replace(out, props_key=keyword, keys=tuple(sorted(keys)), patterns=tuple(sorted(patterns)))
-        else:
-            out = replace(out, items_key=keyword, prefix=prefix)
-    return out
-
-
-def _evaluated(doc: SchemaDocument, node: Any, pointer: str, items: bool, seen: set[str],
-               where: str) -> tuple[set[str], set[str], int] | None:
-    """(property names, patterns, prefix length) the schema at `pointer` and its allOf/$ref subschemas
-    evaluate on any instance they accept; None where they evaluate every property (or item)."""
-    if not isinstance(node, dict) or pointer in seen:
-        return set(), set(), 0
-    seen.add(pointer)
-    keyword = "unevaluatedItems" if items else "unevaluatedProperties"
-    if any(k in node for k in CONDITIONAL) or (items and "contains" in node):
-        raise unsupported(keyword, where, "next to applicators that evaluate only when they pass (anyOf, if, ...)")
-    nested, own = seen != {pointer}, node.get("items")
-    if items:
-        everything = ((own is not None and not isinstance(own, list)) or (isinstance(own, list) and
-                      "additionalItems" in node) or (nested and "unevaluatedItems" in node))
-    else:
-        everything = "additionalProperties" in node or (nested and "unevaluatedProperties" in node)
-    if everything:
-        return None
-    keys = set(node.get("properties", {})) if isinstance(node.get("properties"), dict) else set()
-    patterns = set(node.get("patternProperties", {})) if isinstance(node.get("patternProperties"), dict) else set()
-    prefix_items = node.get("prefixItems", node.get("items") if isinstance(node.get("items"), list) else [])
-    prefix = len(prefix_items) if isinstance(prefix_items, list) else 0
-    subs = [(child_pointer(pointer, "allOf", i), s) for i, s in enumerate(node.get("allOf") or [])]
-    if isinstance(node.get("$ref"), str):
-        target = doc.resolve(node["$ref"], pointer)
-        subs.append((target, doc.lookup(target)))
-    for sub_pointer, sub in subs:
-        found = _evaluated(doc, sub, sub_pointer, items, seen, where)
-        if found is None:
-            return None
-        keys, patterns, prefix = keys | found[0], patterns | found[1], max(prefix, found[2])
-    return keys, patterns, prefix

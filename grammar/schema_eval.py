@@ -22,15 +22,14 @@ from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
 from sprig.grammar.schema_deps import (
     DEPENDENCY_KEYWORDS,
     NUMERIC_FORMATS,
-    Unevaluated,
     dependency_parts,
     integer_format_part,
     multiple_of,
     pattern_properties,
     pattern_regions,
-    unevaluated_keys,
 )
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
+from sprig.grammar.schema_unevaluated import Unevaluated, unevaluated_keys
 from sprig.grammar.schema_values import (
     BOTTOM,
     S_ALL,
@@ -39,6 +38,7 @@ from sprig.grammar.schema_values import (
     ArrShape,
     Bound,
     Expr,
+    Fixed,
     Node,
     NotRepresentable,
     ObjShape,
@@ -196,6 +196,8 @@ class Evaluator:
         if isinstance(expr, OneOf):
             from sprig.grammar.schema_oneof import exactly_one
             return exactly_one(self, [self.eval(i, path) for i in expr.items], path, expr.origin)
+        if isinstance(expr, Fixed):
+            return expr.value
         assert isinstance(expr, Value)
         return literal_set(parse_json(expr.text))
 
@@ -259,7 +261,8 @@ class Evaluator:
             yield multiple_of(node, pointer)
         if any(k in node for k in STRING_KEYS):
             yield self._strings(node, pointer)
-        unevaluated = unevaluated_keys(self.doc, node, pointer)
+        unevaluated = unevaluated_keys(self.doc, node, pointer, path)
+        yield from unevaluated.extra
         if any(k in node for k in ARRAY_KEYS):
             yield _arrays(node, pointer, path, unevaluated)
         if any(k in node for k in OBJECT_KEYS):

@@ -73,6 +73,11 @@ class Value(Expr):
     text: str  # one JSON value, canonical text
 
 
+@dataclass(frozen=True)
+class Fixed(Expr):
+    value: ValueSet  # a value set built by the evaluator itself (unevaluated* outcomes)
+
+
 TOP: Expr = And(frozenset())
 BOTTOM: Expr = Or(frozenset())
 

@@ -201,10 +201,25 @@ def test_unevaluated_items_without_applicators(compiler, schema):
     agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "array", **schema}, ARRAYS)
 
 
-def test_unevaluated_next_to_an_applicator_is_refused_by_name(compiler):
+@pytest.mark.parametrize("schema", [
+    {"anyOf": [{"properties": {"name": {}}}, {"properties": {"card": {}}, "required": ["card"]}],
+     "unevaluatedProperties": False},
+    {"oneOf": [{"properties": {"name": {"type": "string"}}, "required": ["name"]},
+               {"properties": {"card": {}}, "required": ["card"]}], "unevaluatedProperties": {"type": "string"}},
+    {"if": {"properties": {"card": {"type": "integer"}}, "required": ["card"]},
+     "then": {"properties": {"billing": {}}}, "else": {"properties": {"name": {}}}, "unevaluatedProperties": False},
+    {"dependentSchemas": {"card": {"properties": {"billing": {}}}}, "properties": {"card": {}},
+     "unevaluatedProperties": False},
+])
+def test_unevaluated_properties_next_to_conditional_applicators(compiler, schema):
+    agrees(compiler, {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", **schema},
+           OBJECTS + PATTERNED + [{"name": "a", "card": 1}, {"card": "x", "zz": 1}])
+
+
+def test_unevaluated_with_conditionals_inside_all_of_is_refused_by_name(compiler):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(
-            {"anyOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False}))
+            {"allOf": [{"anyOf": [{"properties": {"a": {}}}]}], "unevaluatedProperties": False}))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/unevaluatedProperties"
 
 
