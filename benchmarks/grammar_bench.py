@@ -6,8 +6,10 @@ For each tokenizer (byte-level BPE tokenizers trained here on synthetic text, si
 small for 128k merges; cached under ~/.cache/sprig/bench-tokenizers; 2048 means the tiny checkpoint's) and
 each schema: cold compile time and the per-token cost of filling the next-token bitmask (p50/p99) along a
 valid instance, for sprig with JSON Schema's default of allowing undeclared properties (exact) and with
-allow_extra_properties=False (strict), and for xgrammar (strict_mode off/on) and llguidance when installed
-(`pip install -e '.[bench]'`); see grammar_peers.py. Then, on the demo model, decode throughput with and
+allow_extra_properties=False (strict), on its default llguidance backend and on the outlines backend
+(`sprig-outlines`), and for xgrammar (strict_mode off/on) and llguidance's own JSON Schema support when
+installed (`pip install -e '.[bench]'`); see grammar_peers.py. A summary per vocabulary and engine gives
+compile p50/p99 over the schemas and mask-fill p50/p99 over every warm token. Then, on the demo model, decode throughput with and
 without a JSON-schema constraint and the tokens and time jump-forward saves (grammar_decode.py). Prints a
 table and saves JSON to results/grammar_bench.json.
 """
@@ -167,13 +169,17 @@ def apply_cost(vocab: int, batch: int, reps: int = 50) -> float:
 
 def walks(info: TokenizerInfo, engines: list[str], rounds: int, schemas: list[str]) -> list[WalkResult]:
     """Every engine on every schema: compile, then masked walks through the valid instance."""
-    with GrammarCompiler(info, max_workers=1) as compiler:  # the engine's defaults: 60 s, 4 GiB per compile
-        compiler.compile(GrammarSpec.regex("warm"))  # why: worker start-up is not compile time
-        return _walks(compiler, engines, rounds, schemas)
+    # the engine's defaults: 60 s, 4 GiB per compile
+    with GrammarCompiler(info, max_workers=1) as compiler, \
+            GrammarCompiler(info, max_workers=1, backend="outlines") as outlines:
+        for comp in (compiler, outlines):
+            comp.compile(GrammarSpec.regex("warm"))  # why: worker start-up is not compile time
+        return _walks({"llguidance": compiler, "outlines": outlines}, engines, rounds, schemas)
 
 
-def _walks(compiler: GrammarCompiler, engines: list[str], rounds: int, schemas: list[str]) -> list[WalkResult]:
-    info = compiler.tokenizer_info
+def _walks(compilers: dict[str, GrammarCompiler], engines: list[str], rounds: int,
+           schemas: list[str]) -> list[WalkResult]:
+    info = compilers["llguidance"].tokenizer_info
     out = []
     for name in schemas:
         schema, instance = SCHEMAS[name]
@@ -181,9 +187,10 @@ def _walks(compiler: GrammarCompiler, engines: list[str], rounds: int, schemas: 
         ids = info.tokenizer.encode(text, add_special_tokens=False).ids
         reps = max(2, rounds // max(len(ids), 1))
         for engine in engines:
-            if engine in ("sprig", "sprig-strict"):
+            if engine.startswith("sprig"):
+                compiler = compilers["outlines" if engine.endswith("-outlines") else "llguidance"]
                 r = sprig_walk(compiler, name, schema, ids, reps,
-                               JsonOptions(allow_extra_properties=engine == "sprig"))
+                               JsonOptions(allow_extra_properties="strict" not in engine))
             elif engine in ("xgrammar", "xgrammar-strict"):
                 r = xgrammar_walk(info, name, schema, ids, reps, strict=engine == "xgrammar-strict")
             else:
@@ -191,6 +198,30 @@ def _walks(compiler: GrammarCompiler, engines: list[str], rounds: int, schemas: 
             print_walk(r)
             out.append(r)
     return out
+
+
+def summary(rows: list[WalkResult]) -> dict[str, dict[str, float | int | None]]:
+    """Per engine: compile p50/p99 (s) over the schemas it compiled, warm mask p50/p99 (us) over all tokens."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for engine in dict.fromkeys(r.engine for r in rows):
+        mine = [r for r in rows if r.engine == engine]
+        compiles = [r.compile_s for r in mine if r.compile_s is not None and r.error == ""]
+        fills = [f for r in mine for f in r.fills[r.tokens:] or r.fills]
+        out[engine] = {
+            "schemas": len(mine), "refused_or_failed": sum(1 for r in mine if r.error),
+            "compile_p50_s": percentile(compiles, 0.5) if compiles else None,
+            "compile_p99_s": percentile(compiles, 0.99) if compiles else None,
+            "mask_p50_us": percentile(fills, 0.5) * 1e6 if fills else None,
+            "mask_p99_us": percentile(fills, 0.99) * 1e6 if fills else None}
+    return out
+
+
+def print_summary(vocab: int, table: dict[str, dict[str, float | int | None]]) -> None:
+    print(f"# summary, vocab {vocab}: engine, schemas (refused/failed), compile p50/p99 ms, mask p50/p99 us")
+    for engine, s in table.items():
+        c50, c99 = (None if s[k] is None else float(s[k]) * 1e3 for k in ("compile_p50_s", "compile_p99_s"))  # type: ignore[arg-type]
+        print(f"#   {engine:16} {s['schemas']:3} ({s['refused_or_failed']}) {fmt(c50, '9.1f')} {fmt(c99, '9.1f')} "
+              f"{fmt(s['mask_p50_us'], '8.1f')} {fmt(s['mask_p99_us'], '8.1f')}")  # type: ignore[arg-type]
 
 
 def fmt(x: float | None, spec: str) -> str:
@@ -209,7 +240,8 @@ def main() -> None:
     parser.add_argument("--vocabs", default="32000,128000", help='"" runs only the decode part')
     parser.add_argument("--rounds", type=int, default=300, help="masked tokens per engine and schema (warm)")
     parser.add_argument("--schemas", default=",".join(SCHEMAS))
-    parser.add_argument("--engines", default="sprig,sprig-strict,xgrammar,xgrammar-strict,llguidance")
+    parser.add_argument("--engines",
+                        default="sprig,sprig-strict,sprig-outlines,xgrammar,xgrammar-strict,llguidance")
     parser.add_argument("--decode-runs", type=int, default=5, help="0 skips the demo-model decode runs")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default=str(RESULTS))
@@ -226,6 +258,8 @@ def main() -> None:
         print(f"# tokenizer {vocab}: {len(info.token_bytes)} tokens, ready in {time.perf_counter() - t0:.1f} s")
         rows = walks(info, args.engines.split(","), args.rounds, args.schemas.split(","))
         report["walks"] += [r.row() for r in rows]
+        report.setdefault("summary", {})[vocab] = table = summary(rows)
+        print_summary(vocab, table)
         apply = {b: apply_cost(info.vocab_size, b) for b in (1, 32)}
         report["apply_us"][vocab] = apply
         print(f"# apply_token_bitmask_ (CPU, p50): batch 1 {apply[1]:.0f} us, batch 32 {apply[32]:.0f} us")

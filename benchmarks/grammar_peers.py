@@ -99,9 +99,12 @@ def bit_set(bitmask: torch.Tensor, tok: int) -> bool:
 
 def sprig_walk(compiler: GrammarCompiler, name: str, schema: dict, ids: list[int], rounds: int,
                options: JsonOptions) -> WalkResult:
-    """Through the production path: a compile worker process with its time and memory limits."""
+    """Through the production path: a compile worker process with its time and memory limits (for the
+    llguidance backend, the grammar is then built in this process, as the engine does)."""
     info = compiler.tokenizer_info
     tag = "sprig" if options.allow_extra_properties else "sprig-strict"
+    if compiler.backend != "llguidance":
+        tag += f"-{compiler.backend}"
     result = WalkResult(tag, info.vocab_size, name)
     t0 = time.perf_counter()
     try:

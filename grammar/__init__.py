@@ -17,6 +17,7 @@ from typing import Any
 from sprig.grammar.automaton import CompiledGrammar
 from sprig.grammar.compiler import GrammarCompiler
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, GrammarTooComplex
+from sprig.grammar.llg import CompiledLark
 from sprig.grammar.spec import GrammarKind, GrammarSpec, JsonOptions, Whitespace
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -36,5 +37,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'sprig.grammar' has no attribute {name!r}")
 
 
-__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarErrorCode", "GrammarKind",
+__all__ = ["CompiledGrammar", "CompiledLark", "GrammarCompiler", "GrammarError", "GrammarErrorCode", "GrammarKind",
            "GrammarSpec", "GrammarTooComplex", "JsonOptions", "TokenizerInfo", "Whitespace", *_LAZY]

@@ -16,7 +16,10 @@ from sprig.grammar import regex_ir as ir
 from sprig.grammar.automaton import build_index, outlines_vocabulary
 from sprig.grammar.char_classes import Dialect
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
+from sprig.grammar.formats import SUPPORTED_FORMATS, format_language
 from sprig.grammar.json_schema import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
+from sprig.grammar.json_text import json_string
+from sprig.grammar.llg import LarkBuild, build_lark
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
@@ -45,6 +48,11 @@ def spec_to_regex(spec: GrammarSpec) -> str:
         raise too_complex("constraint nested too deeply").with_param(spec.param) from None
 
 
+def regex_tree(spec: GrammarSpec) -> ir.Node:
+    """The checked regex tree of a `regex` or `choices` spec (the llguidance backend makes it one lexeme)."""
+    return _tree(spec)
+
+
 def _tree(spec: GrammarSpec) -> ir.Node:
     if spec.kind is GrammarKind.JSON_SCHEMA:
         return schema_to_regex_tree(str(spec.spec), spec.options)
@@ -52,6 +60,8 @@ def _tree(spec: GrammarSpec) -> ir.Node:
         return json_object_regex_tree(spec.options)
     if spec.kind is GrammarKind.CHOICES:
         return _choices(spec.spec)
+    if spec.kind is GrammarKind.EBNF:
+        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
     return _regex(str(spec.spec))
 
 
@@ -95,8 +105,10 @@ def _without_nul(node: ir.Node) -> ir.Node:
 _VOCABULARIES: dict[str, object] = {}  # per worker process: tokenizer fingerprint -> outlines Vocabulary
 
 
-def build(spec: GrammarSpec, info: TokenizerInfo) -> BuildResult:
-    """Spec → regex → outlines-core Index, serialized (the function a compile worker runs)."""
+def build(spec: GrammarSpec, info: TokenizerInfo, backend: str = "outlines") -> BuildResult | LarkBuild:
+    """Spec → regex → outlines-core Index, serialized, or spec → Lark text (what a compile worker runs)."""
+    if backend == "llguidance":
+        return build_lark(spec)
     start = time.perf_counter()
     regex = spec_to_regex(spec)
     vocabulary = _VOCABULARIES.get(info.fingerprint)
@@ -112,11 +124,14 @@ def build(spec: GrammarSpec, info: TokenizerInfo) -> BuildResult:
 _WORKER_INFO: list[TokenizerInfo] = []
 
 
-def init_worker(info: TokenizerInfo) -> None:
+def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
     """Runs once in each compile worker process: remember the tokenizer, build its vocabulary."""
     _WORKER_INFO[:] = [info]
-    _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
+    for name in SUPPORTED_FORMATS:  # why: parsing the format regexes once here keeps them out of compile times
+        json_string(format_language(name))
+    if backend == "outlines":
+        _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 
 
-def build_in_worker(spec: GrammarSpec) -> BuildResult:
-    return build(spec, _WORKER_INFO[0])
+def build_in_worker(spec: GrammarSpec, backend: str = "outlines") -> BuildResult | LarkBuild:
+    return build(spec, _WORKER_INFO[0], backend)

@@ -6,7 +6,8 @@
     matcher = GrammarMatcher(compiled)
 
 Results (and errors) are cached by (kind, canonical spec, tokenizer fingerprint) in a bounded LRU;
-concurrent requests for the same spec share one compilation.
+concurrent requests for the same spec share one compilation, each through its own future, so a request
+that cancels its future (a timeout) does not cancel the compilation the others wait for.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sprig.grammar import builder
+from sprig.grammar import builder, llg
 from sprig.grammar.automaton import CompiledGrammar
 from sprig.grammar.cache import ERROR_BYTES, LruCache
 from sprig.grammar.errors import GrammarError
+from sprig.grammar.llg import CompiledLark, LarkBuild
 from sprig.grammar.pool import CompilePool
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
+
+BACKENDS = ("llguidance", "outlines")
 
 
 @dataclass
@@ -42,11 +46,16 @@ class GrammarCompiler:
     timeout_s: wall time per compilation; max_memory_bytes: address-space limit of each worker process.
     isolate=False compiles in threads of this process: faster to start, but time and memory limits can
     then only be checked before outlines-core runs, not enforced while it runs.
+    backend: "llguidance" (default: a context-free grammar, token masks computed lazily per reached state;
+    also the only backend for `GrammarSpec.ebnf`) or "outlines" (one regex, an eager token automaton).
     """
 
     def __init__(self, tokenizer_info: TokenizerInfo, max_workers: int = 2, cache_entries: int = 1024,
                  cache_bytes: int = 1 << 30, timeout_s: float = 60.0, max_memory_bytes: int | None = 4 << 30,
-                 isolate: bool = True) -> None:
+                 isolate: bool = True, backend: str = "llguidance") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+        self.backend = backend
         self.tokenizer_info = tokenizer_info
         self.timeout_s = timeout_s
         self._cache = LruCache(cache_entries, cache_bytes)
@@ -56,41 +65,47 @@ class GrammarCompiler:
         self._pool: CompilePool | None = None
         self._threads: ThreadPoolExecutor | None = None
         if isolate:
-            self._pool = CompilePool(max_workers, timeout_s, max_memory_bytes, builder.init_worker, (tokenizer_info,))
+            self._pool = CompilePool(max_workers, timeout_s, max_memory_bytes, builder.init_worker,
+                                     (tokenizer_info, backend))
         else:
             self._threads = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="sprig-grammar")
 
     def submit(self, spec: GrammarSpec) -> Future:
         """Start compiling `spec` (or find it cached); the Future yields a CompiledGrammar or a GrammarError."""
-        key = (spec.canonical_key(), self.tokenizer_info.fingerprint)
+        key = (spec.canonical_key(), f"{self.tokenizer_info.fingerprint}:{self.backend}")
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 return _done(cached)
             if key in self._inflight:
                 self._counters.coalesced += 1
-                return self._inflight[key]
+                return _view(self._inflight[key])
             outer: Future = Future()
             self._inflight[key] = outer
         if self._pool is not None:
-            inner = self._pool.submit(builder.build_in_worker, spec)
+            inner = self._pool.submit(builder.build_in_worker, spec, self.backend)
         else:
             assert self._threads is not None
-            inner = self._threads.submit(builder.build, spec, self.tokenizer_info)
+            inner = self._threads.submit(builder.build, spec, self.tokenizer_info, self.backend)
         inner.add_done_callback(lambda done: self._finish(key, spec, done, outer))
-        return outer
+        return _view(outer)
 
-    def compile(self, spec: GrammarSpec) -> CompiledGrammar:
+    def compile(self, spec: GrammarSpec) -> CompiledGrammar | CompiledLark:
         """Compile synchronously (through the same cache and workers)."""
         return self.submit(spec).result()
 
     def _finish(self, key: tuple[str, str], spec: GrammarSpec, done: Future, outer: Future) -> None:
         try:
             result = done.result()
-            index = pickle.loads(result.index_binary)
-            value: CompiledGrammar | GrammarError = CompiledGrammar(
-                spec, result.regex, index, self.tokenizer_info, result.seconds, len(result.index_binary))
-            nbytes = len(result.index_binary) + len(result.regex)
+            value: CompiledGrammar | CompiledLark | GrammarError
+            if isinstance(result, LarkBuild):
+                value = llg.finish(spec, result, self.tokenizer_info)
+                nbytes = value.nbytes
+            else:
+                index = pickle.loads(result.index_binary)
+                value = CompiledGrammar(spec, result.regex, index, self.tokenizer_info, result.seconds,
+                                        len(result.index_binary))
+                nbytes = len(result.index_binary) + len(result.regex)
         except GrammarError as exc:
             value, nbytes = exc.with_param(exc.param or spec.param), ERROR_BYTES
         except BaseException as exc:  # noqa: BLE001 - internal failures are not cached, only reported
@@ -104,7 +119,7 @@ class GrammarCompiler:
             self._record(value)
         _complete(outer, value)
 
-    def _record(self, value: CompiledGrammar | GrammarError) -> None:
+    def _record(self, value: CompiledGrammar | CompiledLark | GrammarError) -> None:
         c = self._counters
         if isinstance(value, GrammarError):
             c.errors += 1
@@ -142,13 +157,34 @@ class GrammarCompiler:
         self.shutdown()
 
 
-def _done(value: CompiledGrammar | GrammarError) -> Future:
+def _view(shared: Future) -> Future:
+    """A caller's own future on a shared compilation: cancelling it (a request that timed out) leaves the
+    compilation, and every other caller's future, running."""
+    mine: Future = Future()
+
+    def copy_result(done: Future) -> None:
+        if mine.cancelled():
+            return
+        exc = done.exception()
+        try:
+            if exc is not None:
+                mine.set_exception(copy.copy(exc) if isinstance(exc, GrammarError) else exc)
+            else:
+                mine.set_result(done.result())
+        except InvalidStateError:  # why: cancelled between the check and the set
+            pass
+
+    shared.add_done_callback(copy_result)
+    return mine
+
+
+def _done(value: CompiledGrammar | CompiledLark | GrammarError) -> Future:
     future: Future = Future()
     _complete(future, value)
     return future
 
 
-def _complete(future: Future, value: CompiledGrammar | GrammarError) -> None:
+def _complete(future: Future, value: CompiledGrammar | CompiledLark | GrammarError) -> None:
     if isinstance(value, GrammarError):
         future.set_exception(copy.copy(value))  # why: one exception object must not be raised in many threads
     else:

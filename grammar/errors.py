@@ -15,6 +15,7 @@ class GrammarErrorCode(str, Enum):
     INVALID_REGEX = "invalid_regex"
     INVALID_CHOICES = "invalid_choices"
     GRAMMAR_TOO_COMPLEX = "grammar_too_complex"
+    INVALID_GRAMMAR = "invalid_grammar"
 
 
 class GrammarError(ValueError):

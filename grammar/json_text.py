@@ -9,6 +9,7 @@ values becomes a regex over text by replacing each character class with the spel
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -58,6 +59,7 @@ def encode(value_node: ir.Node, memo: dict[int, ir.Node] | None = None) -> ir.No
     return out
 
 
+@functools.lru_cache(maxsize=1024)  # why: the same formats and key sets recur in every schema a worker sees
 def json_string(value_node: ir.Node) -> ir.Node:
     """A quoted JSON string whose value is in the language of `value_node`."""
     return ir.seq(ir.char('"'), encode(value_node), ir.char('"'))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from outlines_core import Guide
@@ -46,7 +47,18 @@ class JumpForward:
 
 
 class GrammarMatcher:
-    """The state of one request inside a compiled grammar."""
+    """The state of one request inside a compiled grammar.
+
+    `GrammarMatcher(compiled)` picks the implementation for the compiled grammar's backend: this class for
+    outlines-core automata, `matcher_llg.LlgMatcher` for llguidance grammars; both have this interface.
+    """
+
+    def __new__(cls, compiled: Any, max_rollback: int = 64) -> GrammarMatcher:
+        if cls is GrammarMatcher and getattr(compiled, "backend", "outlines") == "llguidance":
+            from sprig.grammar.matcher_llg import LlgMatcher
+
+            return super().__new__(LlgMatcher)
+        return super().__new__(cls)
 
     def __init__(self, compiled: CompiledGrammar, max_rollback: int = 64) -> None:
         self.compiled = compiled

@@ -3,7 +3,7 @@
 JSON Schema compares numbers by value: `1`, `1.0` and `1.00` are the same integer. A number set is kept as
 two interval sets, the integers and the non-integers, which makes `type: integer`, bounds, `enum` and
 `oneOf`/`not` simple set algebra. Emission writes decimal notation (`-?int(.frac)?`): each integer as its
-canonical digits, optionally followed by `.0…`; each non-integer with a fraction that has a non-zero digit.
+canonical digits (never `73.0`: strict readers take that for a float); each non-integer with a fraction that has a non-zero digit.
 Exponents are written only for the unconstrained `number` (every JSON number is then valid). Freely chosen
 digits are counted (see FREE_INT_DIGITS). The grammar is thereby a subset of the valid spellings, never a
 superset.
@@ -32,7 +32,7 @@ NONZERO = ir.chars(((49, 57),))
 ANY_DIGITS = ir.rep(DIGIT, 0, FREE_FRAC_DIGITS)
 NONZERO_FRACTION = ir.alt(*(ir.seq(ir.rep(ir.char("0"), k, k), NONZERO, ir.rep(DIGIT, 0, FREE_FRAC_DIGITS - 1 - k))
                             for k in range(FREE_FRAC_DIGITS)))  # digits with at least one non-zero
-INTEGER_FRACTION = ir.opt(ir.lit(".0"))  # 1 == 1.0: one spelling of a zero fraction is enough
+INTEGER_FRACTION = ir.EMPTY  # why: 1 == 1.0, and "1" is what a strict JSON reader takes for an integer
 JSON_NUMBER = ir.seq(ir.opt(ir.char("-")),
                      ir.alt(ir.char("0"), ir.seq(NONZERO, ir.rep(DIGIT, 0, FREE_INT_DIGITS - 1))),
                      ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1, FREE_FRAC_DIGITS))),

@@ -12,12 +12,12 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar import strings
+from sprig.grammar import intsteps, strings
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import Punctuation
-from sprig.grammar.schema_eval import Evaluator
+from sprig.grammar.schema_eval import Evaluator, canonical, parse_json
 from sprig.grammar.schema_refs import SchemaDocument
-from sprig.grammar.schema_values import Node, ValueSet
+from sprig.grammar.schema_values import Node, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
 
 
@@ -49,8 +49,10 @@ class SchemaOrderer:
             return self._plain(value) if value in vs.bools else None
         if isinstance(value, int | float):
             d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-            part = vs.ints if d == d.to_integral_value() else vs.fracs
-            return self._plain(value) if part.contains(d) else None
+            integral = d == d.to_integral_value()
+            if not (intsteps.contains(vs.ints, vs.steps, int(d)) if integral else vs.fracs.contains(d)):
+                return None
+            return str(int(d)) if integral else self._plain(value)  # why: integers are spelled as integers
         if isinstance(value, str):
             return self._plain(value) if strings.member(vs.strings, value) else None
         if isinstance(value, list):
@@ -60,12 +62,26 @@ class SchemaOrderer:
     def _array(self, value: list[Any], shape, path: tuple[str, ...]) -> str | None:
         if len(value) < shape.min_items or (shape.max_items is not None and len(value) > shape.max_items):
             return None
-        parts = [self._value(v, self.ev.eval_child(shape.at(i), path), path) for i, v in enumerate(value)]
+        exprs = [shape.at(i) for i in range(len(value))]
+        if len(shape.contains) == 1:  # why: spell each item as the grammar's matching / other-item rule does
+            expr, _, hi = shape.contains[0]
+            for i, v in enumerate(value):
+                matches = self._value(v, self.ev.eval_child(expr, path), path) is not None
+                exprs[i] = and_(exprs[i], expr) if matches else exprs[i] if hi is None else and_(exprs[i], not_(expr))
+        parts = [self._value(v, self.ev.eval_child(e, path), path) for e, v in zip(exprs, value, strict=True)]
+        if shape.unique and len({canonical(parse_json(json.dumps(v))) for v in value}) < len(value):
+            return None  # why: equal as JSON values (1 == 1.0), as uniqueItems compares
+        for expr, lo, hi in shape.contains:
+            matched = sum(self._value(v, self.ev.eval_child(expr, path), path) is not None for v in value)
+            if matched < lo or (hi is not None and matched > hi):
+                return None
         return None if any(p is None for p in parts) else "[" + self.item_sep.join(parts) + "]"  # type: ignore[arg-type]
 
     def _object(self, value: dict[str, Any], shape, path: tuple[str, ...]) -> str | None:
         declared = [k for k, _, _ in shape.entries]
         if any(req and k not in value for k, _, req in shape.entries):
+            return None
+        if len(value) < shape.min_props or (shape.max_props is not None and len(value) > shape.max_props):
             return None
         keys = [k for k in declared if k in value] + [k for k in value if k not in declared]
         parts = []

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from sprig.grammar import regex_ir as ir
 from sprig.grammar import strings
+from sprig.grammar.errors import unsupported
 from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema_eval import Evaluator
-from sprig.grammar.schema_values import ArrShape, Expr, ObjShape, ValueSet
+from sprig.grammar.schema_values import ArrShape, Bound, Expr, Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow nesting)
@@ -38,6 +39,8 @@ class Emitter:
     def value_set(self, vs: ValueSet, path: tuple[str, ...], depth: int) -> ir.Node:
         if vs.is_top():
             return self.any_value(max(self.options.any_value_depth - depth, 0))
+        if vs.steps:  # why: remainders are counted by grammar rules (the llguidance backend)
+            raise unsupported("multipleOf", vs.steps[0][1].origin, "needs the llguidance backend")
         parts = [NULL] if vs.null else []
         parts += [TRUE] if True in vs.bools else []
         parts += [FALSE] if False in vs.bools else []
@@ -62,6 +65,12 @@ class Emitter:
         return self._any[depth]
 
     def array(self, shape: ArrShape, path: tuple[str, ...], depth: int) -> ir.Node:
+        if shape.unique:
+            raise unsupported("uniqueItems", shape.unique, "needs the llguidance backend")
+        if shape.contains:  # why: counting matching items is a grammar's job (the llguidance backend)
+            expr = shape.contains[0][0]
+            where = expr.item.pointer if isinstance(expr, Bound) and isinstance(expr.item, Node) else ""
+            raise unsupported("contains", where, "counting matching items needs the llguidance backend")
         prefix = [self.expr(e, path, depth) for e in shape.prefix]
         tail = self.expr(shape.items, path, depth)
         hi = shape.max_items
@@ -92,6 +101,9 @@ class Emitter:
         return step if i < lo else ir.opt(step)
 
     def object(self, shape: ObjShape, path: tuple[str, ...], depth: int) -> ir.Node:
+        if shape.counted():  # why: a regex over optional entries cannot count them (the grammar backend can)
+            keyword = shape.origin.rsplit("/", 1)[-1] or "minProperties"
+            raise unsupported(keyword, shape.origin, "counting keys needs the llguidance backend")
         entries: list[tuple[ir.Node, bool]] = []
         for key, expr, required in shape.entries:
             value = self.expr(expr, path, depth)
@@ -100,11 +112,9 @@ class Emitter:
                     return ir.NEVER
                 continue
             entries.append((ir.seq(ir.lit(dumps(key)), self.p.colon, value), required))
-        extra = self.expr(shape.additional, path, depth)
-        if not ir.is_never(extra):
-            declared = [k for k, _, _ in shape.entries]
-            key_expr = json_string(strings.not_in(declared)) if declared else ANY_STRING
-            pair = ir.seq(key_expr, self.p.colon, extra)
+        pair = ir.alt(*(ir.seq(json_string(keys), self.p.colon, self.expr(expr, path, depth))
+                        for keys, expr in strings.undeclared_keys(shape)))
+        if not ir.is_never(pair):
             entries.append((ir.seq(pair, ir.star(ir.seq(self.p.comma, pair))), False))
         return ir.seq(self.p.open_object, self._join(entries), self.p.close_object)
 

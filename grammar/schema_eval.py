@@ -19,20 +19,33 @@ from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema,
 from sprig.grammar.formats import SUPPORTED_FORMATS
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
+from sprig.grammar.schema_deps import (
+    DEPENDENCY_KEYWORDS,
+    NUMERIC_FORMATS,
+    dependency_parts,
+    integer_format_part,
+    multiple_of,
+    pattern_properties,
+    pattern_regions,
+)
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
+from sprig.grammar.schema_unevaluated import Unevaluated, unevaluated_keys
 from sprig.grammar.schema_values import (
     BOTTOM,
+    S_ALL,
     TOP,
     And,
     ArrShape,
     Bound,
     Expr,
+    Fixed,
     Node,
     NotRepresentable,
     ObjShape,
     OneOf,
     Or,
     Ref,
+    SExpr,
     SFormat,
     SLits,
     SPattern,
@@ -49,7 +62,7 @@ from sprig.grammar.spec import JsonOptions
 ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
     "contentMediaType", "contentEncoding", "contentSchema", "$id", "$anchor", "$defs", "definitions", "$schema",
-    "$vocabulary", "then", "else", "minContains", "maxContains", "additionalItems",
+    "$vocabulary", "then", "else", "additionalItems",
 })
 KNOWN_SCHEMAS = frozenset({
     "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
@@ -67,14 +80,16 @@ VOCABULARY = frozenset({
 TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
-ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems")
-OBJECT_KEYS = ("properties", "required", "additionalProperties")
+ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems", "contains", "minContains",
+              "maxContains", "unevaluatedItems", "uniqueItems")
+OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
+               "patternProperties", "propertyNames", "unevaluatedProperties")
 MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
 MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
-HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + (
-    "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
+HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + DEPENDENCY_KEYWORDS + (
+    "multipleOf", "$dynamicRef", "$dynamicAnchor", "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
 
 def canonical(value: Any) -> str:
@@ -181,6 +196,8 @@ class Evaluator:
         if isinstance(expr, OneOf):
             from sprig.grammar.schema_oneof import exactly_one
             return exactly_one(self, [self.eval(i, path) for i in expr.items], path, expr.origin)
+        if isinstance(expr, Fixed):
+            return expr.value
         assert isinstance(expr, Value)
         return literal_set(parse_json(expr.text))
 
@@ -207,6 +224,8 @@ class Evaluator:
             return ValueSet.top() if node else ValueSet.bottom()
         if not isinstance(node, dict):
             raise invalid_schema("a schema must be an object or a boolean", pointer)
+        if self.doc.ref_overrides and "$ref" in node:  # why: drafts 4-7 ignore a $ref's siblings
+            node = {"$ref": node["$ref"]}
         self._check_keywords(node, pointer)
         acc = ValueSet.top()
         for part in self._parts(node, pointer, path):
@@ -238,13 +257,24 @@ class Evaluator:
             yield literal_set(node["const"])
         if any(k in node for k in NUMBER_KEYS):
             yield _numbers(node, pointer)
+        if "multipleOf" in node:
+            yield multiple_of(node, pointer)
         if any(k in node for k in STRING_KEYS):
             yield self._strings(node, pointer)
+        unevaluated = unevaluated_keys(self.doc, node, pointer, path)
+        yield from unevaluated.extra
         if any(k in node for k in ARRAY_KEYS):
-            yield _arrays(node, pointer, path)
+            yield _arrays(node, pointer, path, unevaluated)
         if any(k in node for k in OBJECT_KEYS):
-            yield _objects(node, pointer, path, self.options.allow_extra_properties)
+            names = S_ALL
+            if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
+                names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
+            yield _objects(node, pointer, path, self.options.allow_extra_properties, names, unevaluated)
         yield from self._applicators(node, pointer)
+        yield from dependency_parts(self.doc, node, pointer)
+        integer_format = integer_format_part(node)
+        if integer_format is not None:
+            yield integer_format
 
     def _applicators(self, node: dict[str, Any], pointer: str):
         for key in ("allOf", "anyOf", "oneOf"):
@@ -261,6 +291,10 @@ class Evaluator:
             if not isinstance(node["$ref"], str):
                 raise invalid_schema("$ref must be a string", child_pointer(pointer, "$ref"))
             yield Ref(self.doc.resolve(node["$ref"], pointer), child_pointer(pointer, "$ref"))
+        if "$dynamicRef" in node and self.doc.draft >= 2020:
+            if not isinstance(node["$dynamicRef"], str):
+                raise invalid_schema("$dynamicRef must be a string", child_pointer(pointer, "$dynamicRef"))
+            yield Ref(self.doc.resolve_dynamic(node["$dynamicRef"], pointer), child_pointer(pointer, "$dynamicRef"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
         lo = _count(node, "minLength", pointer, 0) or 0
@@ -274,7 +308,7 @@ class Evaluator:
                 raise invalid_schema("format must be a string", child_pointer(pointer, "format"))
             if fmt in SUPPORTED_FORMATS:
                 parts.append(SFormat(fmt))
-            elif self.options.strict:
+            elif self.options.strict and fmt not in NUMERIC_FORMATS:  # why: those bound numbers, not strings
                 raise unsupported("format", child_pointer(pointer, "format"), f"format {fmt[:40]!r}")
         return replace(ValueSet.top(), strings=s_and(*parts))
 
@@ -366,7 +400,7 @@ def _child(pointer: str, path: tuple[str, ...], *tokens: str | int) -> Expr:
     return Bound(Node(child_pointer(pointer, *tokens)), path)
 
 
-def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueSet:
+def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...], unevaluated: Unevaluated) -> ValueSet:
     prefix: tuple[Expr, ...] = ()
     tail: Expr = TOP
     items = node.get("items")
@@ -379,20 +413,45 @@ def _arrays(node: dict[str, Any], pointer: str, path: tuple[str, ...]) -> ValueS
             tail = _child(pointer, path, "additionalItems")
     elif items is not None:
         tail = _child(pointer, path, "items")
-    shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None))
+    if unevaluated.items_key is not None:  # unevaluatedItems values what items would, after what allOf evaluates
+        tail = _child(pointer, path, unevaluated.items_key)
+        prefix += (TOP,) * max(unevaluated.prefix - len(prefix), 0)
+    contains: tuple[tuple[Expr, int, int | None], ...] = ()
+    if "contains" in node:  # why: minContains/maxContains mean nothing without it
+        lo, hi = _count(node, "minContains", pointer, 1) or 0, _count(node, "maxContains", pointer, None)
+        if lo > 0 or hi is not None:
+            contains = ((_child(pointer, path, "contains"), lo, hi),)
+    unique = child_pointer(pointer, "uniqueItems") if node.get("uniqueItems") is True else ""
+    shape = ArrShape(prefix, tail, _count(node, "minItems", pointer, 0) or 0, _count(node, "maxItems", pointer, None),
+                     contains, unique)
     return replace(ValueSet.top(), arrays=(shape,))
 
 
-def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool) -> ValueSet:
+def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: bool, names: SExpr,
+             unevaluated: Unevaluated) -> ValueSet:
     props = node.get("properties", {})
     required = node.get("required", [])
     if not isinstance(props, dict):
         raise invalid_schema("properties must be an object", child_pointer(pointer, "properties"))
     if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
         raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
-    explicit = "additionalProperties" in node
-    additional = _child(pointer, path, "additionalProperties") if explicit else TOP if extra else BOTTOM
-    entries = [(k, _child(pointer, path, "properties", k), k in required) for k in props]
-    entries += [(k, additional if explicit else TOP, True) for k in dict.fromkeys(required) if k not in props]
-    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional),))
+    explicit = unevaluated.props_key in node
+    additional = _child(pointer, path, unevaluated.props_key) if explicit else TOP if extra else BOTTOM
+    found = pattern_properties(node, pointer, path)
+    found += [(p, TOP) for p in unevaluated.patterns if p not in dict(found)]  # why: evaluated by allOf/$ref
 
+    def value(key: str, declared: Expr | None) -> Expr:
+        if names != S_ALL and not strings.member(names, key):
+            return BOTTOM  # why: propertyNames forbids this key
+        matching = [expr for pattern, expr in found if strings.member(SPattern(pattern), key)]
+        if declared is None:
+            declared = TOP if matching or not explicit else additional
+        return and_(declared, *matching)
+
+    entries = [(k, value(k, _child(pointer, path, "properties", k)), k in required) for k in props]
+    entries += [(k, value(k, TOP), k in required) for k in unevaluated.keys if k not in props]
+    entries += [(k, value(k, None), True) for k in dict.fromkeys(required) if k not in props]
+    lo, hi = _count(node, "minProperties", pointer, 0) or 0, _count(node, "maxProperties", pointer, None)
+    origin = child_pointer(pointer, "minProperties" if lo else "maxProperties") if lo or hi is not None else ""
+    return replace(ValueSet.top(), objects=(ObjShape(tuple(entries), additional, lo, hi, origin,
+                                                     pattern_regions(found), names),))

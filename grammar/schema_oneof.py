@@ -9,7 +9,7 @@ prefix items and lengths; other overlaps are refused rather than approximated.
 
 from __future__ import annotations
 
-from sprig.grammar import strings
+from sprig.grammar import intsteps, strings
 from sprig.grammar.errors import GrammarTooComplex, unsupported
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.schema_values import (
@@ -41,8 +41,21 @@ def exactly_one(ev, sets: list[ValueSet], path: tuple[str, ...], origin: str) ->
         objects = _one_shapes(ev, [s.objects for s in sets], path, object_and, object_not, ObjShape())
     except NotRepresentable as exc:
         raise unsupported("oneOf", origin, f"overlapping branches differ in '{exc}'") from None
-    return ValueSet(null, bools, _one_nums([s.ints for s in sets]), _one_nums([s.fracs for s in sets]),
-                    _one_strings([s.strings for s in sets]), arrays, objects)
+    ints, steps = _one_ints(sets)
+    return ValueSet(null, bools, ints, _one_nums([s.fracs for s in sets]),
+                    _one_strings([s.strings for s in sets]), arrays, objects, steps)
+
+
+def _one_ints(sets: list[ValueSet]) -> tuple[NumSet, intsteps.Pieces]:
+    """Integers in exactly one branch, multipleOf pieces included."""
+    acc: tuple[NumSet, intsteps.Pieces] = (NumSet.nothing(True), ())
+    for i, vs in enumerate(sets):
+        part: tuple[NumSet, intsteps.Pieces] = (vs.ints, vs.steps)
+        for j, other in enumerate(sets):
+            if i != j:
+                part = intsteps.intersect(*part, *intsteps.complement(other.ints, other.steps))
+        acc = intsteps.union(*acc, *part)
+    return acc
 
 
 def _one_nums(parts: list[NumSet]) -> NumSet:
@@ -94,7 +107,7 @@ def shape_empty(ev, shape, path: tuple[str, ...], depth: int = 0) -> bool:
 
 
 def set_empty(ev, vs: ValueSet, path: tuple[str, ...], depth: int = 0) -> bool:
-    if vs.null or vs.bools or not vs.ints.is_empty() or not vs.fracs.is_empty():
+    if vs.null or vs.bools or not vs.ints.is_empty() or not vs.fracs.is_empty() or vs.steps:
         return False
     try:
         if not strings.is_empty(vs.strings):

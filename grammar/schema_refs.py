@@ -4,6 +4,9 @@ Resolution follows JSON Schema 2020-12 for references inside one document: `$id`
 schema resource (relative ids resolve against the enclosing one), `$anchor` names a location, and a `$ref`
 is resolved against the base in effect, then looked up as a resource plus a JSON-pointer or anchor fragment.
 References to documents that are not inside the schema (remote refs, the meta-schema) are refused.
+Drafts 4 to 7 (by the root's `$schema`) differ in three ways handled here: the id keyword is `id` in draft 4,
+an id may be a plain-name fragment (`"$id": "#foo"`, an anchor), and a `$ref` makes its sibling keywords
+(its sibling id included) be ignored (`ref_overrides`; the evaluator reads only the `$ref` there).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from sprig.grammar.errors import GrammarError, invalid_schema, too_complex, unsu
 DEFAULT_BASE = "https://sprig.invalid/schema.json"
 MAX_SCHEMA_DEPTH = 200  # why: deeper documents are rejected before anything recursive runs on them
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 _SCHEMA_SINGLES = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
                    "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
@@ -49,10 +52,17 @@ class SchemaDocument:
     base_of: dict[str, str] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
     anchors: dict[str, str] = field(default_factory=dict)
+    draft: int = 2020  # 4, 6, 7, 2019 or 2020, from the root's $schema
+    dynamic_anchors: dict[str, int] = field(default_factory=dict)  # $dynamicAnchor name -> how many
+
+    @property
+    def ref_overrides(self) -> bool:
+        """Drafts up to 7: a schema with `$ref` is that reference alone; its other keywords are ignored."""
+        return self.draft <= 7
 
     @classmethod
     def index(cls, root: Any) -> SchemaDocument:
-        doc = cls(root)
+        doc = cls(root, draft=draft_of(root))
         doc.resources[DEFAULT_BASE] = ""
         stack: list[tuple[Any, str, str, int]] = [(root, "", DEFAULT_BASE, 0)]
         while stack:
@@ -69,14 +79,31 @@ class SchemaDocument:
     def _enter(self, node: Any, pointer: str, base: str) -> str:
         self.nodes[pointer] = node
         if isinstance(node, dict):
-            if isinstance(node.get("$id"), str):
-                base = join_uri(base, node["$id"]).split("#", 1)[0]
-                self.resources.setdefault(base, pointer)
+            id_key = "id" if self.draft == 4 else "$id"
+            if isinstance(node.get(id_key), str) and not (self.ref_overrides and "$ref" in node):
+                target, _, name = join_uri(base, node[id_key]).partition("#")
+                if target != base.split("#", 1)[0] or not name:  # why: "#foo" alone names an anchor only
+                    base = target
+                    self.resources.setdefault(base, pointer)
+                if name and self.draft <= 7:  # why: drafts 6/7 spell an anchor as an id fragment
+                    self.anchors.setdefault(f"{base}#{name}", pointer)
+            if isinstance(node.get("$dynamicAnchor"), str):
+                name = node["$dynamicAnchor"]
+                self.dynamic_anchors[name] = self.dynamic_anchors.get(name, 0) + 1
             for key in ("$anchor", "$dynamicAnchor"):  # a $dynamicAnchor is also a plain anchor for $ref
                 if isinstance(node.get(key), str):
                     self.anchors.setdefault(f"{base}#{node[key]}", pointer)
         self.base_of[pointer] = base
         return base
+
+    def resolve_dynamic(self, ref: str, at: str) -> str:
+        """`$dynamicRef`, where it means what `$ref` means: its anchor name is not a $dynamicAnchor more than
+        once in the document, so dynamic scope cannot pick another target (a remote scope is refused)."""
+        name = ref.partition("#")[2]
+        if name and not name.startswith("/") and self.dynamic_anchors.get(unquote(name), 0) > 1:
+            raise unsupported("$dynamicRef", child_pointer(at, "$dynamicRef"),
+                              "several dynamic anchors of that name: the target depends on the dynamic scope")
+        return self.resolve(ref, at)
 
     def resolve(self, ref: str, at: str) -> str:
         """The JSON pointer (from the document root) that `$ref: ref` at location `at` refers to."""
@@ -110,6 +137,17 @@ class SchemaDocument:
         self.nodes[pointer] = node
         self.base_of.setdefault(pointer, self.base_of.get("", DEFAULT_BASE))
         return node
+
+
+DRAFTS = {"http://json-schema.org/draft-04/schema": 4, "http://json-schema.org/draft-06/schema": 6,
+          "http://json-schema.org/draft-07/schema": 7, "https://json-schema.org/draft/2019-09/schema": 2019,
+          "https://json-schema.org/draft/2020-12/schema": 2020}
+
+
+def draft_of(root: Any) -> int:
+    """The draft a document declares with `$schema` (2020-12 when it declares none or an unknown one)."""
+    uri = root.get("$schema") if isinstance(root, dict) else None
+    return DRAFTS.get(uri.rstrip("#"), 2020) if isinstance(uri, str) else 2020
 
 
 def _children(node: dict[str, Any], pointer: str):

@@ -10,8 +10,9 @@ intersection, `anyOf` union; `not` and `oneOf` use complement (De Morgan over th
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sprig.grammar import intsteps
 from sprig.grammar.errors import too_complex
 from sprig.grammar.numbers import NumSet
 
@@ -70,6 +71,11 @@ class OneOf(Expr):
 @dataclass(frozen=True)
 class Value(Expr):
     text: str  # one JSON value, canonical text
+
+
+@dataclass(frozen=True)
+class Fixed(Expr):
+    value: ValueSet  # a value set built by the evaluator itself (unevaluated* outcomes)
 
 
 TOP: Expr = And(frozenset())
@@ -210,12 +216,17 @@ class ArrShape:
     items: Expr = TOP
     min_items: int = 0
     max_items: int | None = None
+    contains: tuple[tuple[Expr, int, int | None], ...] = ()  # (schema, min, max items matching it)
+    unique: str = ""  # uniqueItems: true, as the keyword's pointer ("" = items may repeat)
 
     def at(self, i: int) -> Expr:
         return self.prefix[i] if i < len(self.prefix) else self.items
 
     def trivially_empty(self) -> bool:
         if self.max_items is not None and self.min_items > self.max_items:
+            return True
+        if any((expr == BOTTOM and lo > 0) or (hi is not None and lo > hi) or
+               (self.max_items is not None and lo > self.max_items) for expr, lo, hi in self.contains):
             return True
         return any(self.at(i) == BOTTOM for i in range(min(self.min_items, len(self.prefix) + 1)))
 
@@ -229,39 +240,81 @@ class ObjShape:
 
     entries: tuple[tuple[str, Expr, bool], ...] = ()
     additional: Expr = TOP
+    min_props: int = 0  # minProperties / maxProperties: how many keys the object has
+    max_props: int | None = None
+    origin: str = field(default="", compare=False)  # where a count came from, for refusals
+    # patternProperties: undeclared keys in these disjoint languages take these values (others: additional)
+    patterns: tuple[tuple[SExpr, Expr], ...] = ()
+    names: SExpr = S_ALL  # propertyNames: every key is in this language
 
     def value_for(self, key: str) -> Expr:
         for k, expr, _ in self.entries:
             if k == key:
                 return expr
+        from sprig.grammar.strings import member  # why: strings imports this module
+
+        if self.names != S_ALL and not member(self.names, key):
+            return BOTTOM
+        for lang, expr in self.patterns:
+            if member(lang, key):
+                return expr
         return self.additional
+
+    def regions(self) -> list[tuple[SExpr, Expr]]:
+        """(key language, value) for undeclared keys: the pattern regions, then the rest (additional)."""
+        rest = s_not(s_or(*(lang for lang, _ in self.patterns))) if self.patterns else S_ALL
+        return [*self.patterns, (rest, self.additional)]
 
     def is_required(self, key: str) -> bool:
         return any(k == key and req for k, _, req in self.entries)
 
     def trivially_empty(self) -> bool:
-        return any(req and expr == BOTTOM for _, expr, req in self.entries)
+        if any(req and expr == BOTTOM for _, expr, req in self.entries):
+            return True
+        required = sum(1 for _, _, req in self.entries if req)
+        possible = None if self.additional != BOTTOM else sum(1 for _, e, _ in self.entries if e != BOTTOM)
+        return ((self.max_props is not None and max(self.min_props, required) > self.max_props)
+                or (possible is not None and possible < self.min_props))
+
+    def counted(self) -> bool:
+        """Whether the number of keys is bounded (minProperties / maxProperties)."""
+        return self.min_props > 0 or self.max_props is not None
 
 
 def array_and(a: ArrShape, b: ArrShape) -> ArrShape:
     n = max(len(a.prefix), len(b.prefix))
     his = [x for x in (a.max_items, b.max_items) if x is not None]
     return ArrShape(tuple(and_(a.at(i), b.at(i)) for i in range(n)), and_(a.items, b.items),
-                    max(a.min_items, b.min_items), min(his) if his else None)
+                    max(a.min_items, b.min_items), min(his) if his else None,
+                    a.contains + tuple(c for c in b.contains if c not in a.contains), a.unique or b.unique)
 
 
 def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
     keys = [k for k, _, _ in a.entries] + [k for k, _, _ in b.entries if all(k != x for x, _, _ in a.entries)]
     entries = tuple((k, and_(a.value_for(k), b.value_for(k)), a.is_required(k) or b.is_required(k)) for k in keys)
-    return ObjShape(entries, and_(a.additional, b.additional))
+    his = [x for x in (a.max_props, b.max_props) if x is not None]
+    patterns: tuple[tuple[SExpr, Expr], ...] = ()
+    if a.patterns or b.patterns:  # why: every pair of regions, except rest x rest (the new rest)
+        ra, rb = a.regions(), b.regions()
+        patterns = tuple((s_and(la, lb), and_(ea, eb)) for i, (la, ea) in enumerate(ra)
+                         for j, (lb, eb) in enumerate(rb) if i < len(ra) - 1 or j < len(rb) - 1)
+    return ObjShape(entries, and_(a.additional, b.additional), max(a.min_props, b.min_props),
+                    min(his) if his else None, a.origin or b.origin, patterns, s_and(a.names, b.names))
 
 
 def array_not(a: ArrShape) -> list[ArrShape]:
+    if a.unique:
+        raise NotRepresentable("uniqueItems")  # why: "some item repeats" is no shape
     out: list[ArrShape] = []
     if a.min_items > 0:
         out.append(ArrShape(max_items=a.min_items - 1))
     if a.max_items is not None:
         out.append(ArrShape(min_items=a.max_items + 1))
+    for expr, lo, hi in a.contains:  # why: too few or too many matching items, whatever the rest is
+        if lo > 0:
+            out.append(ArrShape(contains=((expr, 0, lo - 1),)))
+        if hi is not None:
+            out.append(ArrShape(contains=((expr, hi + 1, None),)))
     for i, expr in enumerate(a.prefix):
         if expr != TOP:
             out.append(ArrShape((TOP,) * i + (not_(expr),), TOP, i + 1, None))
@@ -272,6 +325,14 @@ def array_not(a: ArrShape) -> list[ArrShape]:
 
 def object_not(a: ObjShape) -> list[ObjShape]:
     out: list[ObjShape] = []
+    if a.min_props > 0:  # why: too few or too many keys violates the shape whatever the values are
+        out.append(ObjShape(max_props=a.min_props - 1, origin=a.origin))
+    if a.max_props is not None:
+        out.append(ObjShape(min_props=a.max_props + 1, origin=a.origin))
+    if a.names != S_ALL:
+        raise NotRepresentable("propertyNames")
+    if any(expr != TOP for _, expr in a.patterns):
+        raise NotRepresentable("patternProperties")
     for key, expr, required in a.entries:
         if required:
             out.append(ObjShape(((key, BOTTOM, False),)))
@@ -315,6 +376,7 @@ class ValueSet:
     strings: SExpr
     arrays: tuple[ArrShape, ...]
     objects: tuple[ObjShape, ...]
+    steps: intsteps.Pieces = ()  # more integers: (interval set, residue classes) pieces, from multipleOf
 
     @staticmethod
     def top() -> ValueSet:
@@ -329,22 +391,25 @@ class ValueSet:
         return self == ValueSet.top()
 
     def intersect(self, other: ValueSet, member=None) -> ValueSet:
-        return ValueSet(self.null and other.null, self.bools & other.bools, self.ints.intersect(other.ints),
+        ints, steps = intsteps.intersect(self.ints, self.steps, other.ints, other.steps)
+        return ValueSet(self.null and other.null, self.bools & other.bools, ints,
                         self.fracs.intersect(other.fracs), s_and(self.strings, other.strings, member=member),
                         shape_product(self.arrays, other.arrays, array_and),
-                        shape_product(self.objects, other.objects, object_and))
+                        shape_product(self.objects, other.objects, object_and), steps)
 
     def union(self, other: ValueSet) -> ValueSet:
-        return ValueSet(self.null or other.null, self.bools | other.bools, self.ints.union(other.ints),
+        ints, steps = intsteps.union(self.ints, self.steps, other.ints, other.steps)
+        return ValueSet(self.null or other.null, self.bools | other.bools, ints,
                         self.fracs.union(other.fracs), s_or(self.strings, other.strings),
-                        _dedupe(self.arrays + other.arrays), _dedupe(self.objects + other.objects))
+                        _dedupe(self.arrays + other.arrays), _dedupe(self.objects + other.objects), steps)
 
     def complement(self) -> ValueSet:
         """Every JSON value not in this set; raises NotRepresentable where the shapes cannot say it."""
-        return ValueSet(not self.null, frozenset((True, False)) - self.bools, self.ints.complement(),
+        ints, steps = intsteps.complement(self.ints, self.steps)
+        return ValueSet(not self.null, frozenset((True, False)) - self.bools, ints,
                         self.fracs.complement(), s_not(self.strings),
                         shapes_not(self.arrays, array_not, ArrShape()),
-                        shapes_not(self.objects, object_not, ObjShape()))
+                        shapes_not(self.objects, object_not, ObjShape()), steps)
 
 
 def _dedupe(shapes: tuple) -> tuple:

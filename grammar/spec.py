@@ -10,12 +10,13 @@ from typing import Any
 
 
 class GrammarKind(Enum):
-    """The four kinds of constraint a request can carry."""
+    """The kinds of constraint a request can carry."""
 
     JSON_SCHEMA = "json_schema"  # spec: the schema as JSON text (or a dict, serialized on construction)
     REGEX = "regex"  # spec: a regular expression the whole output must match
     CHOICES = "choices"  # spec: the output is exactly one of these strings
     JSON_OBJECT = "json_object"  # spec: ignored; the output is any JSON object
+    EBNF = "ebnf"  # spec: a grammar as GBNF (llama.cpp), xgrammar-style EBNF or Lark; llguidance backend only
 
 
 class Whitespace(Enum):
@@ -30,12 +31,14 @@ class Whitespace(Enum):
 class JsonOptions:
     """How a JSON schema is turned into a grammar.
 
-    strict: refuse keywords that are not JSON Schema vocabulary (True), or ignore them like annotations (False).
-        Validation keywords sprig cannot enforce are refused either way; annotations (title, description,
-        examples, default, ...) are always accepted because they constrain nothing.
-    max_recursion_depth: how many times a recursive ``$ref`` may be entered inside itself; deeper values are
+    strict: refuse keywords that are not JSON Schema vocabulary and unknown formats (True), or ignore them
+        as annotations, which is JSON Schema's own rule (False, the default). Validation keywords sprig
+        cannot enforce are refused either way; annotations (title, description, examples, default, ...)
+        are always accepted because they constrain nothing.
+    max_recursion_depth (outlines backend only; the llguidance backend recurses without bound): how many
+        times a recursive ``$ref`` may be entered inside itself; deeper values are
         not generated (the grammar accepts a subset of the schema's language, never more).
-    any_value_depth: where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
+    any_value_depth (outlines backend only; llguidance allows any depth): where a schema leaves a value unconstrained (``{}``, ``true``, a missing ``items``),
         arrays and objects inside it may nest down to this depth below the top of the document (a value at
         depth k gets any_value_depth - k levels). A regex cannot count brackets, so some bound is needed.
     allow_extra_properties: JSON Schema lets an object that declares `properties` but says nothing about
@@ -46,7 +49,7 @@ class JsonOptions:
 
     whitespace: Whitespace = Whitespace.COMPACT
     max_whitespace: int = 2
-    strict: bool = True
+    strict: bool = False
     max_recursion_depth: int = 3
     any_value_depth: int = 2
     allow_extra_properties: bool = True
@@ -61,6 +64,7 @@ PARAM_BY_KIND = {
     GrammarKind.REGEX: "regex",
     GrammarKind.CHOICES: "choices",
     GrammarKind.JSON_OBJECT: "response_format",
+    GrammarKind.EBNF: "ebnf",
 }
 
 
@@ -91,6 +95,11 @@ class GrammarSpec:
     @classmethod
     def choices(cls, choices: list[str] | tuple[str, ...]) -> GrammarSpec:
         return cls(GrammarKind.CHOICES, tuple(choices))
+
+    @classmethod
+    def ebnf(cls, grammar: str) -> GrammarSpec:
+        """A grammar: GBNF / xgrammar EBNF (`root ::= ...`) or Lark (`start: ...`); llguidance backend."""
+        return cls(GrammarKind.EBNF, grammar)
 
     @classmethod
     def json_object(cls, options: JsonOptions | None = None) -> GrammarSpec:

@@ -8,16 +8,33 @@ or complement of DFAs, then back to a regex by state elimination, within a state
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 
 from sprig.grammar import charset, fsm, labels
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.char_classes import Dialect
+from sprig.grammar.errors import too_complex
 from sprig.grammar.formats import format_language
 from sprig.grammar.pattern import regex_language
 from sprig.grammar.regex_ir import Flavor
-from sprig.grammar.schema_values import S_ALL, S_NONE, SAnd, SExpr, SFormat, SLen, SLits, SNot, SOr, SPattern
+from sprig.grammar.schema_values import (
+    S_ALL,
+    S_NONE,
+    Expr,
+    ObjShape,
+    SAnd,
+    SExpr,
+    SFormat,
+    SLen,
+    SLits,
+    SNot,
+    SOr,
+    SPattern,
+    s_and,
+    s_not,
+)
 
 ANY_CHAR = ir.chars(charset.ALL_CHARS)
 MAX_PATTERN_STATES = 4000
@@ -46,6 +63,7 @@ def atom_language(atom: SExpr) -> ir.Node:
     return ir.alt(*(ir.lit(v) for v in sorted(atom.values)))
 
 
+@functools.lru_cache(maxsize=1024)  # why: string constraints recur across the schemas a worker compiles
 def string_language(expr: SExpr) -> ir.Node:
     """The set of string values `expr` allows, as a regex tree over characters."""
     if expr == S_ALL:
@@ -61,6 +79,37 @@ def string_language(expr: SExpr) -> ir.Node:
     elif not isinstance(expr, SNot):
         return atom_language(expr)
     return fsm.to_ir(_dfa(expr))
+
+
+def intersection_parts(expr: SExpr) -> list[ir.Node] | None:
+    """The parts of a conjunction the direct path cannot build (format or pattern with a length, several
+    patterns), for a grammar engine to intersect lazily; None where one regex is built here instead."""
+    if not isinstance(expr, SAnd) or len(expr.items) < 2 or _direct_and(expr) is not None:
+        return None
+    if any(isinstance(i, SNot | SAnd | SOr) for i in expr.items):
+        return None  # why: a complement needs the automaton anyway
+    return [ir.rep(ANY_CHAR, i.lo, i.hi) if isinstance(i, SLen) else atom_language(i)
+            for i in sorted(expr.items, key=repr)]
+
+
+def intersection_is_empty(parts: list[ir.Node], budget: int = 200_000) -> bool:
+    """Whether no string is in every part: a breadth-first search of the product, stopping at a witness."""
+    dfas = [fsm.determinize(p) for p in parts]
+    start = tuple(0 for _ in dfas)
+    seen, queue = {start}, collections.deque([start])
+    while queue:
+        states = queue.popleft()
+        if all(d.accept[q] for d, q in zip(dfas, states, strict=True)):
+            return False
+        cuts = sorted({x for d, q in zip(dfas, states, strict=True) for lo, hi, _ in d.trans[q] for x in (lo, hi + 1)})
+        for lo in cuts[:-1]:
+            nxt = tuple(d.step(q, lo) for d, q in zip(dfas, states, strict=True))
+            if min(nxt) >= 0 and nxt not in seen:
+                if len(seen) >= budget:
+                    raise too_complex("a combined string constraint is too large to check")
+                seen.add(nxt)
+                queue.append(nxt)
+    return True
 
 
 def _direct_and(expr: SAnd) -> ir.Node | None:
@@ -162,6 +211,15 @@ def member(expr: SExpr, text: str) -> bool:
     if isinstance(expr, SFormat) and expr.name == "hostname" and not labels.host_labels_valid(text):
         return False  # why: A-labels are decided beside the regex (grammar/labels.py)
     return _python_regex(expr).fullmatch(text) is not None
+
+
+def undeclared_keys(shape: ObjShape) -> list[tuple[ir.Node, Expr]]:
+    """The string languages of an object shape's undeclared keys, each with the value schema it takes."""
+    declared = [k for k, _, _ in shape.entries]
+    if not shape.patterns and shape.names == S_ALL:
+        return [(not_in(declared) if declared else ir.star(ANY_CHAR), shape.additional)]
+    excluded = s_not(SLits(frozenset(declared))) if declared else S_ALL
+    return [(string_language(s_and(lang, shape.names, excluded)), expr) for lang, expr in shape.regions()]
 
 
 def not_in(keys: list[str]) -> ir.Node:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import json
+from pathlib import Path
+from typing import Any
+
 from sprig.grammar.matcher import GrammarMatcher
 
 
@@ -10,3 +15,81 @@ def walk(compiled, text: str) -> bool:
     matcher = GrammarMatcher(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
+
+
+SUITE_ROOT = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests"
+DRAFT_URIS = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
+              "draft7": "http://json-schema.org/draft-07/schema#"}
+
+
+def suite_files(draft: str) -> list[Path]:
+    """The draft's test files, then the optional format files for the formats sprig enforces."""
+    from sprig.grammar.formats import SUPPORTED_FORMATS
+
+    root = SUITE_ROOT / draft
+    optional = [root / "optional" / "format" / f"{name}.json" for name in sorted(SUPPORTED_FORMATS)]
+    return sorted(root.glob("*.json")) + [p for p in optional if p.exists()]
+
+
+def in_draft(schema: Any, draft: str) -> Any:
+    """The schema with the draft's `$schema` where it names none (how a validator learns the draft)."""
+    if isinstance(schema, dict) and "$schema" not in schema:
+        return {"$schema": DRAFT_URIS[draft], **schema}
+    return schema
+
+
+def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bool:
+    """The suite's verdict, with format assertion for the formats sprig enforces (its documented setting)."""
+    from sprig.grammar.formats import SUPPORTED_FORMATS
+
+    schema = group["schema"]
+    if (file == "format.json" and isinstance(schema, dict) and schema.get("format") in SUPPORTED_FORMATS
+            and "only an annotation" in test["description"]):
+        return False  # format assertion: these strings are not valid dates, emails, ...
+    return test["valid"]
+
+
+def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.Counter, list[str]]:
+    """Compile every schema of one suite file and walk every instance; counts and problems."""
+    from sprig.grammar import GrammarError, GrammarSpec
+    from sprig.grammar.ordering import SchemaOrderer
+
+    name = str(path.relative_to(SUITE_ROOT / draft))
+    counts: collections.Counter = collections.Counter()
+    problems: list[str] = []
+    for group in json.loads(path.read_text()):
+        schema = in_draft(group["schema"], draft)
+        where = f"{draft}/{name}: {group['description']}"
+        try:
+            compiled = compiler.compile(GrammarSpec.json_schema(schema))
+        except GrammarError as err:
+            if err.code in ("unsupported_keyword", "grammar_too_complex"):
+                keyword = err.message.split("'")[1] if err.message.count("'") >= 2 else ""
+                counts["refused"] += 1
+                counts[f"refused:{keyword or err.code}"] += 1
+                if err.code == "unsupported_keyword" and not (keyword and err.pointer):
+                    problems.append(f"{where}: a refusal that names no keyword: {err.message}")
+                continue
+            if "accepts no JSON value" not in err.message:
+                problems.append(f"{where}: {err.code}: {err.message}")
+                continue
+            counts["compiled"] += 1  # a schema that accepts nothing: every instance must be invalid
+            for test in group["tests"]:
+                counts["instances"] += 1
+                if expected_valid(name, group, test):
+                    counts["false_rejects"] += 1
+                    problems.append(f"{where}: {test['description']} (empty grammar)")
+            continue
+        counts["compiled"] += 1
+        orderer = SchemaOrderer(schema)
+        for test in group["tests"]:
+            valid = expected_valid(name, group, test)
+            counts["instances"] += 1
+            accepted = walk(compiled, orderer.dumps(test["data"]))
+            if accepted and not valid:
+                counts["false_accepts"] += 1
+                problems.append(f"{where}: FALSE ACCEPT: {test['description']}")
+            elif valid and not accepted:
+                counts["false_rejects"] += 1
+                problems.append(f"{where}: FALSE REJECT: {test['description']}")
+    return counts, problems

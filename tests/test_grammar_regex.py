@@ -13,7 +13,7 @@ import re
 import pytest
 from outlines_core import Index
 
-from sprig.grammar import GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
 from sprig.grammar.automaton import outlines_vocabulary, probe_outlines_core
 from sprig.grammar.matcher import GrammarMatcher
 
@@ -123,7 +123,10 @@ def test_json_object_mode(compiler, info):
         assert not accepts(compiled, info, text), text
 
 
-def test_json_object_mode_nesting_bound_is_an_option(compiler, info):
+def test_json_object_mode_nesting_bound_is_an_option_of_the_regex_backend(compiler, info):
     deep = '{"a":{"b":{"c":{"d":1}}}}'
-    assert not accepts(compiler.compile(GrammarSpec.json_object()), info, deep)
-    assert accepts(compiler.compile(GrammarSpec.json_object(JsonOptions(any_value_depth=4))), info, deep)
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend="outlines") as outlines:
+        assert not accepts(outlines.compile(GrammarSpec.json_object()), info, deep)
+        assert accepts(outlines.compile(GrammarSpec.json_object(JsonOptions(any_value_depth=4))), info, deep)
+    deeper = '{"a":' * 200 + '{}' + '}' * 200  # the grammar backend: any depth
+    assert accepts(compiler.compile(GrammarSpec.json_object()), info, deeper)

@@ -1,4 +1,6 @@
-"""The official JSON-Schema-Test-Suite (draft 2020-12), walked token by token through compiled grammars.
+"""The official JSON-Schema-Test-Suite (draft 2020-12), walked token by token through the outlines backend.
+
+(The default llguidance backend walks both drafts in tests/test_json_schema_suite.py.)
 
 For every schema in the suite: compile it, or have it refused. A refusal must name a keyword outside the
 list sprig supports (item 1 of the grammar issue), a `$ref` to another document, or a `format` value
@@ -28,6 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions
@@ -117,7 +120,14 @@ def run_file(compiler: GrammarCompiler, path: Path) -> tuple[collections.Counter
     return counts, problems
 
 
-def test_walk_json_schema_test_suite(compiler: GrammarCompiler) -> None:
+@pytest.fixture(scope="module")
+def outlines_compiler(info):
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend="outlines") as comp:
+        yield comp
+
+
+def test_walk_json_schema_test_suite(outlines_compiler: GrammarCompiler) -> None:
+    compiler = outlines_compiler
     rows, problems = [], []
     for path in suite_files():
         counts, found = run_file(compiler, path)
