@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import Any
 
+GRAMMAR_BACKENDS = ("llguidance", "outlines")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -35,6 +37,7 @@ class EngineConfig:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 64
     grammar_workers: int = 2
+    grammar_backend: str = "llguidance"  # or "outlines" (eager token automata; no ebnf)
 
     @classmethod
     def from_options(cls, model_path: str | None, options: dict[str, Any]) -> EngineConfig:
@@ -65,6 +68,8 @@ class EngineConfig:
             raise ValueError("schedule_conservativeness must be >= 0")
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
+        if self.grammar_backend not in GRAMMAR_BACKENDS:
+            raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +98,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seed", type=int, default=None)
     parser.add_argument("--tp-size", type=int, default=1)
     parser.add_argument("--disable-jump-forward", action="store_true")
+    parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
+                        help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")
     parser.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
                         help="largest decode batch replayed from a CUDA graph")

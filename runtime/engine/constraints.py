@@ -20,8 +20,10 @@ COMPILE_TIMEOUT_S = 30.0
 
 
 def spec_from_params(params: SamplingParams) -> GrammarSpec | None:
-    """The grammar a request asks for through `json_schema`, `regex` or `choices` (at most one is set)."""
+    """The grammar a request asks for through `json_schema`, `regex`, `choices` or `ebnf` (at most one is set)."""
     try:
+        if params.ebnf is not None:
+            return GrammarSpec.ebnf(params.ebnf)
         if params.json_schema is not None:
             return GrammarSpec.json_schema(params.json_schema)
         if params.regex is not None:
@@ -41,7 +43,9 @@ def as_request_error(e: GrammarError) -> RequestError:
 class ConstraintService:
     """Compiles grammars for one tokenizer, lazily starting the compile workers on first use."""
 
-    def __init__(self, hf_tokenizer: Any, eos_token_ids: tuple[int, ...], vocab_size: int, workers: int) -> None:
+    def __init__(self, hf_tokenizer: Any, eos_token_ids: tuple[int, ...], vocab_size: int, workers: int,
+                 backend: str = "llguidance") -> None:
+        self.backend = backend
         self._hf_tokenizer = hf_tokenizer
         self._eos = eos_token_ids
         self._vocab = vocab_size
@@ -54,7 +58,8 @@ class ConstraintService:
         with self._lock:
             if self._compiler is None:
                 info = TokenizerInfo.from_tokenizer(self._hf_tokenizer, self._eos, self._vocab)
-                self._compiler = GrammarCompiler(info, max_workers=self._workers, timeout_s=COMPILE_TIMEOUT_S)
+                self._compiler = GrammarCompiler(info, max_workers=self._workers, timeout_s=COMPILE_TIMEOUT_S,
+                                                 backend=self.backend)
             return self._compiler
 
     def submit(self, spec: GrammarSpec) -> Future:

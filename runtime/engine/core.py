@@ -96,7 +96,7 @@ class EngineCore:
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
-                                         config.grammar_workers)
+                                         config.grammar_workers, config.grammar_backend)
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:

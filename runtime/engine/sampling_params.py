@@ -25,6 +25,8 @@ from typing import Any
 
 from sprig.runtime.errors import RequestError
 
+CONSTRAINTS = ("json_schema", "regex", "choices", "ebnf")  # at most one per request
+
 
 class ErrorCode(str, Enum):
     """Stable machine-readable reasons carried by `SamplingParamsError.code`."""
@@ -77,6 +79,7 @@ class SamplingParams:
     json_schema: str | None = None
     regex: str | None = None
     choices: list[str] | None = None
+    ebnf: str | None = None  # a grammar: GBNF / xgrammar EBNF (`root ::= ...`) or Lark (`start: ...`)
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
 
@@ -93,8 +96,8 @@ class SamplingParams:
 
     @property
     def has_constraint(self) -> bool:
-        """True when output is constrained by a JSON schema, a regex or a list of choices."""
-        return self.json_schema is not None or self.regex is not None or self.choices is not None
+        """True when output is constrained by a JSON schema, a regex, a list of choices or a grammar."""
+        return any(getattr(self, name) is not None for name in CONSTRAINTS)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -211,10 +214,10 @@ class SamplingParams:
                 _fail("logit_bias", ErrorCode.OUT_OF_RANGE, "logit_bias values must be in [-100, 100]")
 
     def _validate_constraint(self) -> None:
-        given = [name for name in ("json_schema", "regex", "choices") if getattr(self, name) is not None]
+        given = [name for name in CONSTRAINTS if getattr(self, name) is not None]
         if len(given) > 1:
-            _fail(given[1], ErrorCode.CONFLICT, "at most one of json_schema, regex, choices may be set")
-        for name in ("json_schema", "regex"):
+            _fail(given[1], ErrorCode.CONFLICT, f"at most one of {', '.join(CONSTRAINTS)} may be set")
+        for name in ("json_schema", "regex", "ebnf"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a string")
         if self.choices is not None:

@@ -85,30 +85,53 @@ def check_n(req: SamplingFields, prompts: int, engine: Engine, max_sequences: in
     return n
 
 
-def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str) -> dict[str, str]:
-    given: dict[str, str] = {}
-    if req.regex is not None:
-        check_regex(req.regex, "regex")
-        given["regex"] = req.regex
-    if req.json_schema is not None:
-        schema = req.json_schema
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except ValueError:
-                raise bad_request("json_schema is not valid JSON", "json_schema", "invalid_schema") from None
-        given["json_schema"] = check_schema(schema, "json_schema")
+@dataclass(frozen=True)
+class Constraint:
+    """The one constraint a request sets: the engine's sampling-params entry and the client's name for it."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+    rename: dict[str, str] = field(default_factory=dict)  # engine param -> the client's field, for errors
+
+
+def _constraint_sources(req: SamplingFields) -> list[tuple[str, str, Any]]:
+    """(engine key, client field, value) for every constraint field the request sets."""
+    so = req.structured_outputs
+    sources: list[tuple[str, str, Any]] = [
+        ("regex", "regex", req.regex), ("json_schema", "json_schema", req.json_schema), ("ebnf", "ebnf", req.ebnf),
+        ("ebnf", "guided_grammar", req.guided_grammar)]
+    if so is not None:
+        sources += [
+            ("regex", "structured_outputs.regex", so.regex), ("json_schema", "structured_outputs.json", so.json_),
+            ("choices", "structured_outputs.choice", so.choice), ("ebnf", "structured_outputs.grammar", so.grammar)]
+    return [s for s in sources if s[2] is not None]
+
+
+def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str) -> Constraint:
+    given = _constraint_sources(req)
     if extra_schema is not None:
         if given:
-            raise bad_request(f"{extra_param} cannot be combined with regex or json_schema", extra_param,
+            raise bad_request(f"{extra_param} cannot be combined with {given[0][1]}", extra_param,
                               "conflicting_parameters")
-        given["json_schema"] = extra_schema
+        return Constraint({"json_schema": extra_schema})
     if len(given) > 1:
-        raise bad_request("give at most one of regex and json_schema", "json_schema", "conflicting_parameters")
-    return given
+        names = " and ".join(name for _, name, _ in given)
+        raise bad_request(f"give at most one of {names}", given[-1][1], "conflicting_parameters")
+    if not given:
+        return Constraint()
+    key, name, value = given[0]
+    if key == "regex":
+        check_regex(value, name)
+    elif key == "json_schema":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad_request(f"{name} is not valid JSON", name, "invalid_schema") from None
+        value = check_schema(value, name)
+    return Constraint({key: value}, {key: name} if name != key else {})
 
 
-def sampling_params(req: SamplingFields, max_tokens: int | None, n: int, constraint: dict[str, str]) -> dict:
+def sampling_params(req: SamplingFields, max_tokens: int | None, n: int, constraint: dict[str, Any]) -> dict:
     """The engine's `sampling_params` dict (None values dropped: they mean the engine default)."""
     params = {
         "max_new_tokens": max_tokens, "min_new_tokens": req.min_tokens, "temperature": req.temperature,
@@ -161,11 +184,12 @@ def completion_plan(req: CompletionRequest, engine: Engine, max_sequences: int) 
     if any(not x for x in ids):
         raise bad_request("the prompt must not be empty", "prompt", "empty")
     max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if req.max_tokens is None else req.max_tokens
-    params = sampling_params(req, max_tokens, n, _constraint(req, None, ""))
+    constraint = _constraint(req, None, "")
+    params = sampling_params(req, max_tokens, n, constraint.params)
     lp = req.logprobs
     kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": lp is not None,
               "top_logprobs_num": lp or 0, "logprob_start_len": 0 if (req.echo and lp is not None) else -1}
-    call = EngineCall(kwargs, len(ids) * n, check_timeout(req.timeout), COMPLETION_PARAMS)
+    call = EngineCall(kwargs, len(ids) * n, check_timeout(req.timeout), {**COMPLETION_PARAMS, **constraint.rename})
     opts = req.stream_options
     return OpenAIPlan(call, n, [len(x) for x in ids], bool(req.stream),
                       bool(req.stream and opts and opts.include_usage), texts, bool(req.echo), lp)
@@ -210,11 +234,11 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, max_sequences: int) ->
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
         room = min(engine.core.context_length, engine.core.kv.total_tokens) - len(ids)
         max_tokens = max(room, 1)
-    params = sampling_params(req, max_tokens, n, constraint)
+    params = sampling_params(req, max_tokens, n, constraint.params)
     top = (req.top_logprobs or 0) if req.logprobs else 0
     kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": bool(req.logprobs),
               "top_logprobs_num": top}
-    rename = dict(CHAT_PARAMS)
+    rename = {**CHAT_PARAMS, **constraint.rename}
     if extra is not None:  # why: grammar errors name json_schema; the client sent response_format or tools
         rename["json_schema"] = "response_format.json_schema.schema" if fmt_schema is not None else "tools"
     call = EngineCall(kwargs, n, check_timeout(req.timeout), rename)

@@ -20,6 +20,15 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
 
 
+class StructuredOutputs(StrictModel):
+    """vLLM's `structured_outputs` extra body field: one constraint, named as vLLM names it."""
+
+    json_: dict[str, Any] | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+
 class StreamOptions(StrictModel):
     include_usage: bool | None = False
 
@@ -48,6 +57,9 @@ class SamplingFields(StrictModel):
     ignore_eos: bool | None = False
     regex: str | None = None
     json_schema: dict[str, Any] | str | None = None
+    ebnf: str | None = Field(None, description="a grammar (GBNF, xgrammar EBNF or Lark) the output must match")
+    guided_grammar: str | None = Field(None, description="vLLM's older name for a grammar constraint")
+    structured_outputs: StructuredOutputs | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = True
     timeout: float | None = Field(None, description="seconds before the request is aborted (sprig extension)")
