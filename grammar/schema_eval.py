@@ -270,13 +270,17 @@ class Evaluator:
             if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
                 names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
             yield _objects(node, pointer, path, self.options.allow_extra_properties, names, unevaluated)
-        yield from self._applicators(node, pointer)
+        yield from self._applicators(node, pointer, path)
         yield from dependency_parts(self.doc, node, pointer)
         integer_format = integer_format_part(node)
         if integer_format is not None:
             yield integer_format
 
-    def _applicators(self, node: dict[str, Any], pointer: str):
+    def _dynamic_ref(self, ref: str, pointer: str, path: tuple[str, ...]) -> str:
+        """The target of a `$dynamicRef` (here: only where dynamic scope cannot change it)."""
+        return self.doc.resolve_dynamic(ref, pointer)
+
+    def _applicators(self, node: dict[str, Any], pointer: str, path: tuple[str, ...]):
         for key in ("allOf", "anyOf", "oneOf"):
             if key in node:
                 items = _schema_list(node[key], child_pointer(pointer, key))
@@ -294,7 +298,7 @@ class Evaluator:
         if "$dynamicRef" in node and self.doc.draft >= 2020:
             if not isinstance(node["$dynamicRef"], str):
                 raise invalid_schema("$dynamicRef must be a string", child_pointer(pointer, "$dynamicRef"))
-            yield Ref(self.doc.resolve_dynamic(node["$dynamicRef"], pointer), child_pointer(pointer, "$dynamicRef"))
+            yield Ref(self._dynamic_ref(node["$dynamicRef"], pointer, path), child_pointer(pointer, "$dynamicRef"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
         lo = _count(node, "minLength", pointer, 0)
