@@ -15,7 +15,8 @@ from typing import Any
 from sprig.grammar import intsteps, strings
 from sprig.grammar.json_schema import load_schema
 from sprig.grammar.json_text import Punctuation
-from sprig.grammar.schema_eval import Evaluator, canonical, parse_json
+from sprig.grammar.schema_cfg import FlatEvaluator
+from sprig.grammar.schema_eval import canonical, parse_json
 from sprig.grammar.schema_refs import SchemaDocument
 from sprig.grammar.schema_values import Node, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
@@ -26,7 +27,7 @@ class SchemaOrderer:
 
     def __init__(self, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> None:
         self.options = options or JsonOptions()
-        self.ev = Evaluator(SchemaDocument.index(load_schema(schema)), self.options)
+        self.ev = FlatEvaluator(SchemaDocument.index(load_schema(schema)), self.options)  # why: no depth bound
         self.item_sep, self.key_sep = Punctuation(self.options).separator_text()
 
     def dumps(self, value: Any) -> str:

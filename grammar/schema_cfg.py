@@ -45,9 +45,11 @@ MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (
 class FlatEvaluator(Evaluator):
     """An `Evaluator` whose `$ref`s do not count depth: the grammar recurses, so no bound is needed.
 
-    Every expression is evaluated under the empty path, so the lazy child expressions of a recursive schema
-    repeat exactly and become one rule each. An evaluation that needs itself (a `oneOf`/`not` overlap test
-    through a recursive `$ref`) is refused with the `$ref` that closed the loop.
+    The path of an expression is not the `$ref`s entered but the dynamic scope: the `$dynamicAnchor`s bound
+    by the schema resources entered so far, outermost first (usually empty). So the lazy child expressions
+    of a recursive schema repeat exactly and become one rule each, and a `$dynamicRef` resolves as JSON
+    Schema says. An evaluation that needs itself (a `oneOf`/`not` overlap test through a recursive `$ref`)
+    is refused with the `$ref` that closed the loop.
     """
 
     def __init__(self, doc: SchemaDocument, options: JsonOptions) -> None:
@@ -56,7 +58,7 @@ class FlatEvaluator(Evaluator):
         self._depth = 0
 
     def eval(self, expr: Expr, path: tuple[str, ...]) -> ValueSet:
-        key = (expr, ())
+        key = (expr, path)
         if key in self._memo:
             return self._memo[key]
         if key in self._active:
@@ -66,7 +68,7 @@ class FlatEvaluator(Evaluator):
             raise unsupported("$ref", origin, "a recursive reference that an overlap test would unfold forever")
         self._active[key] = self._depth
         try:
-            value = self._memo[key] = self._eval(expr, ())
+            value = self._memo[key] = self._eval(expr, path)
         finally:
             del self._active[key]
         return value
@@ -83,9 +85,27 @@ class FlatEvaluator(Evaluator):
             raise invalid_schema("$ref cycle that never reaches a value", ref.origin)
         self._local.append(ref.pointer)
         try:
-            return self.eval(Node(ref.pointer), ())
+            return self.eval(Node(ref.pointer), path)
         finally:
             self._local.pop()
+
+    def _eval_schema(self, pointer: str, path: tuple[str, ...]) -> ValueSet:
+        bound = dict(zip(path[::2], path[1::2], strict=True))
+        resource = self.doc.resources.get(self.doc.base_of.get(pointer, ""), "")
+        for name, anchor in self.doc.dynamic_scope.get(resource, {}).items():  # within a resource: in scope
+            if name not in bound:
+                bound[name] = anchor
+                path = path + (name, anchor)
+        return super()._eval_schema(pointer, path)
+
+    def _dynamic_ref(self, ref: str, pointer: str, path: tuple[str, ...]) -> str:
+        """The outermost dynamic anchor of the name in scope, where the static target is one (JSON Schema)."""
+        target = self.doc.resolve(ref, pointer)
+        name = ref.partition("#")[2]
+        node = self.doc.lookup(target)
+        if isinstance(node, dict) and node.get("$dynamicAnchor") == name:
+            return dict(zip(path[::2], path[1::2], strict=True)).get(name, target)
+        return target
 
 
 class CfgEmitter:

@@ -19,7 +19,19 @@ from sprig.grammar import intsteps
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, unsupported
 from sprig.grammar.numbers import NumSet
 from sprig.grammar.schema_refs import DEFAULT_BASE, SchemaDocument, child_pointer
-from sprig.grammar.schema_values import Bound, Expr, Node, SExpr, SPattern, ValueSet, and_, or_, s_and, s_not
+from sprig.grammar.schema_values import (
+    TOP,
+    Bound,
+    Expr,
+    Node,
+    SExpr,
+    SPattern,
+    ValueSet,
+    and_,
+    or_,
+    s_and,
+    s_not,
+)
 from sprig.grammar.schema_values import Not as NotExpr
 
 DEPENDENCY_KEYWORDS = ("dependentRequired", "dependentSchemas", "dependencies")
@@ -124,3 +136,26 @@ def multiple_of(node: dict[str, Any], pointer: str) -> ValueSet:
         raise unsupported("multipleOf", where, "a fractional step on non-integer numbers")
     ints, steps = intsteps.clean(NumSet.nothing(True), list(intsteps.multiples(num, where)))
     return replace(ValueSet.top(), ints=ints, fracs=NumSet.nothing(False), steps=steps)
+
+
+TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
+
+
+def schema_types(value: Any, pointer: str) -> ValueSet:
+    """The value set of a `type` keyword."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or any(n not in TYPE_NAMES for n in names):
+        raise invalid_schema(f"type must be one of {', '.join(TYPE_NAMES)} or a list of them", pointer)
+    top, out = ValueSet.top(), ValueSet.bottom()
+    pick = {part: getattr(top if any(n in names for n in types) else out, part) for part, types in (
+        ("null", ("null",)), ("bools", ("boolean",)), ("ints", ("integer", "number")), ("fracs", ("number",)),
+        ("strings", ("string",)), ("arrays", ("array",)), ("objects", ("object",)))}
+    return ValueSet(**pick)
+
+
+def conditional(node: dict[str, Any], pointer: str) -> Expr:
+    """if/then/else as (if and then) or (not if and else)."""
+    cond = Node(child_pointer(pointer, "if"))
+    then = Node(child_pointer(pointer, "then")) if "then" in node else TOP
+    other = Node(child_pointer(pointer, "else")) if "else" in node else TOP
+    return or_(and_(cond, then), and_(NotExpr(cond, child_pointer(pointer, "if")), other))

@@ -22,11 +22,13 @@ from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
 from sprig.grammar.schema_deps import (
     DEPENDENCY_KEYWORDS,
     NUMERIC_FORMATS,
+    conditional,
     dependency_parts,
     integer_format_part,
     multiple_of,
     pattern_properties,
     pattern_regions,
+    schema_types,
 )
 from sprig.grammar.schema_refs import SchemaDocument, child_pointer
 from sprig.grammar.schema_unevaluated import Unevaluated, unevaluated_keys
@@ -52,7 +54,6 @@ from sprig.grammar.schema_values import (
     Value,
     ValueSet,
     and_,
-    or_,
     s_and,
     s_len,
 )
@@ -77,7 +78,6 @@ VOCABULARY = frozenset({
     "not", "if", "then", "else", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "$ref",
     "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "format", "dependencies",
 })
-TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
 NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 ARRAY_KEYS = ("prefixItems", "items", "minItems", "maxItems", "additionalItems", "contains", "minContains",
@@ -245,7 +245,7 @@ class Evaluator:
     def _parts(self, node: dict[str, Any], pointer: str, path: tuple[str, ...]):
         """What this schema object intersects: value sets per keyword group and lazy sub-expressions."""
         if "type" in node:
-            yield _types(node["type"], child_pointer(pointer, "type"))
+            yield schema_types(node["type"], child_pointer(pointer, "type"))
         if "enum" in node:
             values = node["enum"]
             if not isinstance(values, list):
@@ -270,13 +270,17 @@ class Evaluator:
             if "propertyNames" in node:  # why: the key language, from the strings the subschema allows
                 names = self.eval_child(_child(pointer, path, "propertyNames"), path).strings
             yield _objects(node, pointer, path, self.options.allow_extra_properties, names, unevaluated)
-        yield from self._applicators(node, pointer)
+        yield from self._applicators(node, pointer, path)
         yield from dependency_parts(self.doc, node, pointer)
         integer_format = integer_format_part(node)
         if integer_format is not None:
             yield integer_format
 
-    def _applicators(self, node: dict[str, Any], pointer: str):
+    def _dynamic_ref(self, ref: str, pointer: str, path: tuple[str, ...]) -> str:
+        """The target of a `$dynamicRef` (here: only where dynamic scope cannot change it)."""
+        return self.doc.resolve_dynamic(ref, pointer)
+
+    def _applicators(self, node: dict[str, Any], pointer: str, path: tuple[str, ...]):
         for key in ("allOf", "anyOf", "oneOf"):
             if key in node:
                 items = _schema_list(node[key], child_pointer(pointer, key))
@@ -286,7 +290,7 @@ class Evaluator:
         if "not" in node:
             yield NotExpr(Node(child_pointer(pointer, "not")), child_pointer(pointer, "not"))
         if "if" in node:
-            yield _conditional(node, pointer)
+            yield conditional(node, pointer)
         if "$ref" in node:
             if not isinstance(node["$ref"], str):
                 raise invalid_schema("$ref must be a string", child_pointer(pointer, "$ref"))
@@ -294,7 +298,7 @@ class Evaluator:
         if "$dynamicRef" in node and self.doc.draft >= 2020:
             if not isinstance(node["$dynamicRef"], str):
                 raise invalid_schema("$dynamicRef must be a string", child_pointer(pointer, "$dynamicRef"))
-            yield Ref(self.doc.resolve_dynamic(node["$dynamicRef"], pointer), child_pointer(pointer, "$dynamicRef"))
+            yield Ref(self._dynamic_ref(node["$dynamicRef"], pointer, path), child_pointer(pointer, "$dynamicRef"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
         lo = _count(node, "minLength", pointer, 0) or 0
@@ -313,30 +317,11 @@ class Evaluator:
         return replace(ValueSet.top(), strings=s_and(*parts))
 
 
-def _conditional(node: dict[str, Any], pointer: str) -> Expr:
-    """if/then/else as (if and then) or (not if and else)."""
-    cond = Node(child_pointer(pointer, "if"))
-    then = Node(child_pointer(pointer, "then")) if "then" in node else TOP
-    other = Node(child_pointer(pointer, "else")) if "else" in node else TOP
-    return or_(and_(cond, then), and_(NotExpr(cond, child_pointer(pointer, "if")), other))
-
-
 def _trivial(key: str, node: dict[str, Any]) -> bool:
     """Keywords whose given value constrains nothing (uniqueItems: false, minProperties: 0, ...)."""
     value = node[key]
     return ((key == "uniqueItems" and value is False) or (key == "minProperties" and value == 0)
             or (key in ("dependentRequired", "dependentSchemas", "patternProperties") and value == {}))
-
-
-def _types(value: Any, pointer: str) -> ValueSet:
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not names or any(n not in TYPE_NAMES for n in names):
-        raise invalid_schema(f"type must be one of {', '.join(TYPE_NAMES)} or a list of them", pointer)
-    top, out = ValueSet.top(), ValueSet.bottom()
-    pick = {part: getattr(top if any(n in names for n in types) else out, part) for part, types in (
-        ("null", ("null",)), ("bools", ("boolean",)), ("ints", ("integer", "number")), ("fracs", ("number",)),
-        ("strings", ("string",)), ("arrays", ("array",)), ("objects", ("object",)))}
-    return ValueSet(**pick)
 
 
 def _number(node: dict[str, Any], key: str, pointer: str) -> Decimal | None:

@@ -54,6 +54,8 @@ class SchemaDocument:
     anchors: dict[str, str] = field(default_factory=dict)
     draft: int = 2020  # 4, 6, 7, 2019 or 2020, from the root's $schema
     dynamic_anchors: dict[str, int] = field(default_factory=dict)  # $dynamicAnchor name -> how many
+    # resource root pointer -> {dynamic anchor name: its pointer}: what entering that resource binds
+    dynamic_scope: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ref_overrides(self) -> bool:
@@ -90,6 +92,7 @@ class SchemaDocument:
             if isinstance(node.get("$dynamicAnchor"), str):
                 name = node["$dynamicAnchor"]
                 self.dynamic_anchors[name] = self.dynamic_anchors.get(name, 0) + 1
+                self.dynamic_scope.setdefault(self.resources.get(base, ""), {}).setdefault(name, pointer)
             for key in ("$anchor", "$dynamicAnchor"):  # a $dynamicAnchor is also a plain anchor for $ref
                 if isinstance(node.get(key), str):
                     self.anchors.setdefault(f"{base}#{node[key]}", pointer)

@@ -13,7 +13,8 @@ holds outside what they and the static part evaluate":
 * `if`: "if and then pass" or "if fails and else passes" (the complement of `if`);
 * `dependentSchemas`: per key, "the key is present" with its schema's names, or nothing added.
 
-Conditional applicators nested inside allOf/$ref subschemas are refused by name.
+The same holds at any depth of in-place subschemas (an anyOf inside an allOf branch, a oneOf behind a
+$ref): outcomes multiply, up to 64.
 """
 
 from __future__ import annotations
@@ -38,9 +39,6 @@ from sprig.grammar.schema_values import (
 )
 from sprig.grammar.schema_values import Not as NotExpr
 
-IN_PLACE = ("allOf", "anyOf", "oneOf", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
-            "dependentSchemas", "dependencies")
-CONDITIONAL = tuple(k for k in IN_PLACE if k not in ("allOf", "$ref", "$dynamicRef"))  # evaluate if they pass
 MAX_OUTCOMES = 64  # why: anyOf subsets x if/else x dependent keys multiply
 Found = tuple[frozenset[str], frozenset[str], int] | None  # (names, patterns, prefix); None = everything
 
@@ -67,63 +65,97 @@ def unevaluated_keys(doc: SchemaDocument, node: dict[str, Any], pointer: str, pa
         if value is None or value is True or value == {}:
             continue  # why: an unevaluated* that allows everything constrains nothing
         where, items = child_pointer(pointer, keyword), keyword == "unevaluatedItems"
-        if items and "contains" in node:
-            raise unsupported(keyword, where, "next to contains (it evaluates the items it matches)")
-        static = {k: v for k, v in node.items() if k not in CONDITIONAL}
-        found = _evaluated(doc, static, pointer, items, set(), where)
-        if found is None:
-            continue  # why: a sibling evaluates everything (additionalProperties, items, ...)
-        if any(k in node for k in CONDITIONAL):
-            schema = Bound(Node(where), path)
-            out = replace(out, extra=out.extra + (_disjunction(doc, node, pointer, items, found, schema, where),))
-        elif items:
-            out = replace(out, items_key=keyword, prefix=found[2])
-        else:
-            out = replace(out, props_key=keyword, keys=tuple(sorted(found[0])), patterns=tuple(sorted(found[1])))
+        outcomes = _outcomes(doc, node, pointer, items, frozenset(), where)
+        if len(outcomes) == 1 and not outcomes[0][0]:
+            found = outcomes[0][1]
+            if found is None:
+                continue  # why: a sibling evaluates everything (additionalProperties, items, ...)
+            if items:
+                out = replace(out, items_key=keyword, prefix=found[2])
+            else:
+                out = replace(out, props_key=keyword, keys=tuple(sorted(found[0])), patterns=tuple(sorted(found[1])))
+            continue
+        schema = Bound(Node(where), path)
+        extra = or_(*(and_(*conds, _outside(found, items, schema)) for conds, found in outcomes))
+        out = replace(out, extra=out.extra + (extra,))
     return out
 
 
-def _disjunction(doc: SchemaDocument, node: dict[str, Any], pointer: str, items: bool, static: Found,
-                 schema: Expr, where: str) -> Expr:
-    """The unevaluated* constraint as "some outcome of the conditional applicators, and `schema` outside
-    what it evaluates"."""
-    def found(key: str, *tokens: str | int) -> Found:
-        sub_pointer = child_pointer(pointer, key, *tokens)
-        return _evaluated(doc, doc.lookup(sub_pointer), sub_pointer, items, set(), where)
+Outcome = tuple[tuple[Expr, ...], Found]  # (in-place subschemas that pass, what is then evaluated)
+_NOTHING: Found = (frozenset(), frozenset(), 0)
 
-    keywords: list[list[tuple[tuple[Expr, ...], Found]]] = []
+
+def _outcomes(doc: SchemaDocument, node: Any, pointer: str, items: bool, seen: frozenset[str],
+              where: str) -> list[Outcome]:
+    """Every way the schema at `pointer` and its in-place subschemas can pass, with what each evaluates.
+
+    allOf/$ref subschemas always pass (their outcomes multiply); anyOf, oneOf, if/then/else and
+    dependentSchemas add the conditions under which theirs count (see the module note).
+    """
+    if not isinstance(node, dict) or pointer in seen:
+        return [((), _NOTHING)]
+    nested, seen, keyword = bool(seen), seen | {pointer}, where.rsplit("/", 1)[-1]
+    own = node.get("items")
+    if items and "contains" in node:
+        raise unsupported(keyword, where, "next to contains (it evaluates the items it matches)")
+    if any(k in node for k in ("dependencies", "$recursiveRef")):
+        raise unsupported(keyword, where, "next to dependencies or $recursiveRef")
+    if items:
+        everything = ((own is not None and not isinstance(own, list)) or (isinstance(own, list) and
+                      "additionalItems" in node) or (nested and "unevaluatedItems" in node))
+    else:
+        everything = "additionalProperties" in node or (nested and "unevaluatedProperties" in node)
+    if everything:
+        return [((), None)]
+    names = frozenset(node["properties"]) if isinstance(node.get("properties"), dict) else frozenset()
+    patterns = frozenset(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else frozenset()
+    prefix_items = node.get("prefixItems", own if isinstance(own, list) else [])
+    acc: list[Outcome] = [((), (names, patterns, len(prefix_items) if isinstance(prefix_items, list) else 0))]
+
+    def sub(ptr: str) -> list[Outcome]:
+        return _outcomes(doc, doc.lookup(ptr), ptr, items, seen, where)
+
+    def given(cond: Expr, outs: list[Outcome]) -> list[Outcome]:
+        return [((cond, *conds), found) for conds, found in outs]
+
+    for i, _ in enumerate(node.get("allOf") or []):
+        acc = _product(acc, sub(child_pointer(pointer, "allOf", i)), where)
+    for key, resolve in (("$ref", doc.resolve), ("$dynamicRef", doc.resolve_dynamic)):
+        if isinstance(node.get(key), str):
+            acc = _product(acc, sub(resolve(node[key], pointer)), where)
     for key in ("anyOf", "oneOf"):
-        branches = node.get(key)
-        if isinstance(branches, list):
-            outs = [(Node(child_pointer(pointer, key, i)), found(key, i)) for i in range(len(branches))]
-            if key == "oneOf":
-                keywords.append([((cond,), f) for cond, f in outs])
-            elif len(outs) <= 4:
-                keywords.append([(tuple(outs[i][0] for i in t), _union(*(outs[i][1] for i in t)))
-                                 for n in range(1, len(outs) + 1) for t in itertools.combinations(range(len(outs)), n)])
-            else:
-                raise unsupported(where.rsplit("/", 1)[-1], where, "next to an anyOf of more than 4 branches")
+        branches = [child_pointer(pointer, key, i) for i in range(len(node.get(key) or []))]
+        if key == "oneOf" and branches:
+            acc = _product(acc, [o for b in branches for o in given(Node(b), sub(b))], where)
+        elif branches and len(branches) > 4:
+            raise unsupported(keyword, where, "next to an anyOf of more than 4 branches")
+        elif branches:  # why: every non-empty set of passing branches; a larger one only weakens the constraint
+            options: list[Outcome] = []
+            for n in range(1, len(branches) + 1):
+                for chosen in itertools.combinations(branches, n):
+                    part: list[Outcome] = [((), _NOTHING)]
+                    for b in chosen:
+                        part = _product(part, given(Node(b), sub(b)), where)
+                    options += part
+            acc = _product(acc, options, where)
     if "if" in node:
         cond = Node(child_pointer(pointer, "if"))
-        then = found("then") if "then" in node else _NOTHING
-        other = found("else") if "else" in node else _NOTHING
-        keywords.append([((cond,), _union(found("if"), then)), ((NotExpr(cond, child_pointer(pointer, "if")),), other)])
-    for key in ("dependentSchemas", "dependencies", "$recursiveRef"):
-        if key not in node:
-            continue
-        if key != "dependentSchemas" or not isinstance(node[key], dict):
-            raise unsupported(where.rsplit("/", 1)[-1], where, f"next to {key}")
-        for name in node[key]:
-            present = _present(doc, pointer, name)
-            keywords.append([((present,), found(key, name)), ((), _NOTHING)])
-    combos = list(itertools.islice(itertools.product(*keywords), MAX_OUTCOMES + 1))
-    if len(combos) > MAX_OUTCOMES:
+        passed = _product(sub(child_pointer(pointer, "if")),
+                          sub(child_pointer(pointer, "then")) if "then" in node else [((), _NOTHING)], where)
+        failed = sub(child_pointer(pointer, "else")) if "else" in node else [((), _NOTHING)]
+        acc = _product(acc, given(cond, passed) + given(NotExpr(cond, child_pointer(pointer, "if")), failed), where)
+    for name in node.get("dependentSchemas") or {}:
+        present = _present(doc, pointer, name)
+        acc = _product(acc, given(present, sub(child_pointer(pointer, "dependentSchemas", name))) + [((), _NOTHING)],
+                       where)
+    return acc
+
+
+def _product(left: list[Outcome], right: list[Outcome], where: str) -> list[Outcome]:
+    out = [(a + b, _union(fa, fb)) for a, fa in left for b, fb in right]
+    if len(out) > MAX_OUTCOMES:
         raise unsupported(where.rsplit("/", 1)[-1], where, f"more than {MAX_OUTCOMES} outcomes of the applicators")
-    return or_(*(and_(*(c for conds, _ in combo for c in conds),
-                      _outside(_union(static, *(f for _, f in combo)), items, schema)) for combo in combos))
-
-
-_NOTHING: Found = (frozenset(), frozenset(), 0)
+    return out
 
 
 def _union(*parts: Found) -> Found:
@@ -153,38 +185,3 @@ def _present(doc: SchemaDocument, pointer: str, name: str) -> Expr:
 
     return synthetic(doc, child_pointer(pointer, "dependentSchemas", name) + "/~present", {"required": [name]},
                      pointer)
-
-
-def _evaluated(doc: SchemaDocument, node: Any, pointer: str, items: bool, seen: set[str],
-               where: str) -> Found:
-    """(property names, patterns, prefix length) the schema at `pointer` and its allOf/$ref subschemas
-    evaluate on any instance they accept; None where they evaluate every property (or item)."""
-    if not isinstance(node, dict) or pointer in seen:
-        return _NOTHING
-    seen.add(pointer)
-    keyword = where.rsplit("/", 1)[-1]
-    if any(k in node for k in CONDITIONAL) or (items and "contains" in node):
-        raise unsupported(keyword, where, "with applicators that evaluate only when they pass (anyOf, if, ...) "
-                                          "inside allOf or $ref")
-    nested, own = seen != {pointer}, node.get("items")
-    if items:
-        everything = ((own is not None and not isinstance(own, list)) or (isinstance(own, list) and
-                      "additionalItems" in node) or (nested and "unevaluatedItems" in node))
-    else:
-        everything = "additionalProperties" in node or (nested and "unevaluatedProperties" in node)
-    if everything:
-        return None
-    names = frozenset(node["properties"]) if isinstance(node.get("properties"), dict) else frozenset()
-    patterns = frozenset(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else frozenset()
-    prefix_items = node.get("prefixItems", own if isinstance(own, list) else [])
-    acc: Found = (names, patterns, len(prefix_items) if isinstance(prefix_items, list) else 0)
-    subs = [(child_pointer(pointer, "allOf", i), s) for i, s in enumerate(node.get("allOf") or [])]
-    for key, resolve in (("$ref", doc.resolve), ("$dynamicRef", doc.resolve_dynamic)):
-        if isinstance(node.get(key), str):
-            target = resolve(node[key], pointer)
-            subs.append((target, doc.lookup(target)))
-    for sub_pointer, sub in subs:
-        acc = _union(acc, _evaluated(doc, sub, sub_pointer, items, seen, where))
-        if acc is None:
-            return None
-    return acc

@@ -7,8 +7,8 @@ first), tokenized by the tiny model's tokenizer and walked: a valid instance mus
 and then allow EOS, an invalid one must be rejected. Formats sprig enforces are asserted (the documented
 setting, see tests/grammar_helpers.expected_valid); other formats are annotations.
 
-Targets: 0 false accepts and 0 false rejects (asserted), at most 10 % of schemas refused per draft (not yet
-met: the counts are printed and a ceiling at today's figure keeps them from growing).
+Targets, all asserted: 0 false accepts and 0 false rejects, at most 10 % of schemas refused per draft, and
+a ceiling at today's refusal counts so they never grow back.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from grammar_helpers import suite_files, walk_suite_file
 
 # why: today's refusal counts; lower them as keywords become enforced, never raise them
-REFUSED_CEILING = {"draft2020-12": 47, "draft7": 19}
+REFUSED_CEILING = {"draft2020-12": 39, "draft7": 19}
 
 
 @pytest.mark.parametrize("draft", ["draft2020-12", "draft7"])
@@ -40,5 +40,5 @@ def test_suite_walk(compiler, draft):
     print("refused for: " + ", ".join(f"{k} x{v}" for k, v in reasons))
     assert not problems, "\n".join(problems[:40])
     assert total["false_accepts"] == 0 and total["false_rejects"] == 0
-    assert total["refused"] <= REFUSED_CEILING[draft]
+    assert total["refused"] <= REFUSED_CEILING[draft] and total["refused"] <= 0.10 * schemas
     assert total["compiled"] >= 200 and total["instances"] >= 900
