@@ -17,6 +17,7 @@ from typing import Any
 from sprig.grammar import regex_ir as ir
 from sprig.grammar.cfg import Grammar, lex
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
+from sprig.grammar.regex_specs import regex_tree
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -53,11 +54,18 @@ class CompiledLark:
     def new_matcher(self) -> Any:
         return self.template.deep_copy()
 
+    @property
+    def matcher_class(self) -> type:
+        """The `GrammarMatcher` implementation for this backend (`GrammarMatcher(compiled)` builds one)."""
+        from sprig.grammar.matcher_llg import (
+            LlgMatcher,  # why: not at import: compile workers never load torch
+        )
+
+        return LlgMatcher
+
 
 def spec_to_lark(spec: GrammarSpec) -> str:
     """The Lark grammar text for any kind of spec; raises GrammarError with the spec's param."""
-    from sprig.grammar import builder
-
     try:
         if spec.kind is GrammarKind.JSON_SCHEMA:
             from sprig.grammar.schema_cfg import schema_to_grammar
@@ -72,7 +80,7 @@ def spec_to_lark(spec: GrammarSpec) -> str:
 
             text = ebnf_to_lark(str(spec.spec))
         else:
-            text = _single_lexeme(builder.regex_tree(spec))
+            text = _single_lexeme(regex_tree(spec))
     except GrammarError as exc:
         raise exc.with_param(exc.param or spec.param) from None
     except RecursionError:

@@ -54,10 +54,9 @@ class GrammarMatcher:
     """
 
     def __new__(cls, compiled: Any, max_rollback: int = 64) -> GrammarMatcher:
-        if cls is GrammarMatcher and getattr(compiled, "backend", "outlines") == "llguidance":
-            from sprig.grammar.matcher_llg import LlgMatcher
-
-            return super().__new__(LlgMatcher)
+        impl = getattr(compiled, "matcher_class", None)  # another backend's compiled grammar names its matcher
+        if cls is GrammarMatcher and impl is not None:
+            return super().__new__(impl)
         return super().__new__(cls)
 
     def __init__(self, compiled: CompiledGrammar, max_rollback: int = 64) -> None:

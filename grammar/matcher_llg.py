@@ -8,18 +8,30 @@ host-name A-label rule (grammar/labels.py) is applied on top, as for the outline
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, Protocol
 
 import torch
 
 from sprig.grammar import labels
-from sprig.grammar.llg import CompiledLark
 from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, JumpForward, _bit, _whole_chars
+from sprig.grammar.spec import GrammarSpec
+from sprig.grammar.vocabulary import TokenizerInfo
+
+
+class LarkGrammar(Protocol):
+    """What this matcher reads of a compiled llguidance grammar (`llg.CompiledLark`)."""
+
+    spec: GrammarSpec
+    lark: str
+    tokenizer_info: TokenizerInfo
+
+    def new_matcher(self) -> Any: ...
 
 
 class LlgMatcher(GrammarMatcher):
     """One request's state in an llguidance grammar (created through `GrammarMatcher(compiled)`)."""
 
-    def __init__(self, compiled: CompiledLark, max_rollback: int = 64) -> None:  # type: ignore[override]
+    def __init__(self, compiled: LarkGrammar, max_rollback: int = 64) -> None:  # type: ignore[override]
         self.compiled = compiled  # type: ignore[assignment]
         self._info = compiled.tokenizer_info
         self._max_rollback = max_rollback

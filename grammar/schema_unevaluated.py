@@ -142,7 +142,8 @@ def _outcomes(doc: SchemaDocument, node: Any, pointer: str, items: bool, seen: f
         cond = Node(child_pointer(pointer, "if"))
         passed = _product(sub(child_pointer(pointer, "if")),
                           sub(child_pointer(pointer, "then")) if "then" in node else [((), _NOTHING)], where)
-        failed = sub(child_pointer(pointer, "else")) if "else" in node else [((), _NOTHING)]
+        nothing: list[Outcome] = [((), _NOTHING)]
+        failed = sub(child_pointer(pointer, "else")) if "else" in node else nothing
         acc = _product(acc, given(cond, passed) + given(NotExpr(cond, child_pointer(pointer, "if")), failed), where)
     for name in node.get("dependentSchemas") or {}:
         present = _present(doc, pointer, name)

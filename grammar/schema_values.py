@@ -10,6 +10,7 @@ intersection, `anyOf` union; `not` and `oneOf` use complement (De Morgan over th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sprig.grammar import intsteps
@@ -17,6 +18,19 @@ from sprig.grammar.errors import too_complex
 from sprig.grammar.numbers import NumSet
 
 MAX_SHAPES = 256  # why: unions of shapes multiply under intersection and complement
+
+
+def _no_membership(expr: SExpr, key: str) -> bool:
+    raise RuntimeError("sprig.grammar.strings decides key languages and is not loaded")
+
+
+# Whether a key is in a key language is decided by `strings.member`, which needs this module's types:
+# strings plugs it in here when it loads (every schema evaluator imports strings).
+_KEY_MEMBERSHIP: list[Callable[[SExpr, str], bool]] = [_no_membership]
+
+
+def use_key_membership(member: Callable[[SExpr, str], bool]) -> None:
+    _KEY_MEMBERSHIP[0] = member
 
 
 class NotRepresentable(Exception):
@@ -251,8 +265,9 @@ class ObjShape:
         for k, expr, _ in self.entries:
             if k == key:
                 return expr
-        from sprig.grammar.strings import member  # why: strings imports this module
-
+        if self.names == S_ALL and not self.patterns:
+            return self.additional
+        member = _KEY_MEMBERSHIP[0]
         if self.names != S_ALL and not member(self.names, key):
             return BOTTOM
         for lang, expr in self.patterns:

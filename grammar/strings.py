@@ -34,6 +34,7 @@ from sprig.grammar.schema_values import (
     SPattern,
     s_and,
     s_not,
+    use_key_membership,
 )
 
 ANY_CHAR = ir.chars(charset.ALL_CHARS)
@@ -242,3 +243,6 @@ def _not_in_trie(node: dict) -> ir.Node:
     parts.append(ir.seq(ir.chars(other), ir.star(ANY_CHAR)))
     parts.extend(ir.seq(ir.char(c), _not_in_trie(node[c])) for c in children)
     return ir.alt(*parts)
+
+
+use_key_membership(member)  # why: schema_values cannot import this module (it is imported by it)

@@ -1,0 +1,70 @@
+"""Regex, choices and (for the outlines backend) JSON Schema specs as checked regex trees.
+
+Both backends start here for `regex` and `choices`: the outlines backend renders the tree as one regex, the
+llguidance backend makes it one lexeme. Budgets are checked before any native compile starts: the tree's size and,
+for the user's own regexes, a bounded subset construction (where `(a|b)*a(a|b){40}` explodes).
+"""
+
+from __future__ import annotations
+
+from sprig.grammar import charset, fsm
+from sprig.grammar import regex_ir as ir
+from sprig.grammar.char_classes import Dialect
+from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
+from sprig.grammar.json_schema import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
+from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported, regex_language
+from sprig.grammar.spec import GrammarKind, GrammarSpec
+
+MAX_REGEX_DFA_STATES = 10_000
+MAX_CHOICES = 10_000
+NO_NUL = charset.complement(((0, 0),))  # why: NUL is the end-of-match sentinel (see automaton.py)
+
+
+def regex_tree(spec: GrammarSpec) -> ir.Node:
+    """The checked regex tree of a spec (JSON Schema and EBNF on the llguidance backend take `schema_cfg` / `ebnf`)."""
+    if spec.kind is GrammarKind.JSON_SCHEMA:
+        return schema_to_regex_tree(str(spec.spec), spec.options)
+    if spec.kind is GrammarKind.JSON_OBJECT:
+        return json_object_regex_tree(spec.options)
+    if spec.kind is GrammarKind.CHOICES:
+        return _choices(spec.spec)
+    if spec.kind is GrammarKind.EBNF:
+        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
+    return _regex(str(spec.spec))
+
+
+def _choices(choices: object) -> ir.Node:
+    if isinstance(choices, str) or not isinstance(choices, tuple | list) or not choices:
+        raise GrammarError("choices must be a non-empty list of strings", GrammarErrorCode.INVALID_CHOICES)
+    if len(choices) > MAX_CHOICES or sum(len(c) for c in choices if isinstance(c, str)) > MAX_WEIGHT:
+        raise too_complex(f"more than {MAX_CHOICES} choices or {MAX_WEIGHT} characters in total")
+    if any(not isinstance(c, str) or "\x00" in c for c in choices):
+        raise GrammarError("choices must be strings without NUL characters", GrammarErrorCode.INVALID_CHOICES)
+    return ir.alt(*(ir.lit(c) for c in choices))
+
+
+def _regex(pattern: str) -> ir.Node:
+    try:
+        node = regex_language(pattern, Dialect.PYTHON, search=False)
+    except PatternSyntaxError as exc:
+        raise GrammarError(f"invalid regex: {exc}", GrammarErrorCode.INVALID_REGEX) from None
+    except PatternUnsupported as exc:
+        raise GrammarError(f"unsupported regex construct: {exc}", GrammarErrorCode.INVALID_REGEX) from None
+    node = _without_nul(node)
+    if node.weight > MAX_WEIGHT:
+        raise too_complex(f"about {node.weight} character positions (limit {MAX_WEIGHT})")
+    fsm.determinize(node, MAX_REGEX_DFA_STATES)  # why: raises early where the DFA would explode
+    if ir.is_never(node):
+        raise GrammarError("the regex matches no text", GrammarErrorCode.INVALID_REGEX)
+    return node
+
+
+def _without_nul(node: ir.Node) -> ir.Node:
+    if isinstance(node, ir.Chars):
+        return ir.chars(charset.intersect(node.ranges, NO_NUL))
+    if isinstance(node, ir.Seq):
+        return ir.seq(*(_without_nul(i) for i in node.items))
+    if isinstance(node, ir.Alt):
+        return ir.alt(*(_without_nul(i) for i in node.items))
+    assert isinstance(node, ir.Rep)
+    return ir.rep(_without_nul(node.item), node.lo, node.hi)
