@@ -7,7 +7,7 @@ before a request reaches the engine, so a bad schema is an error at submission a
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -91,3 +91,24 @@ def fill_bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
         if matcher is not None:
             matcher.fill_bitmask(bitmask, row)
     return bitmask
+
+
+class MaskFiller:
+    """Fills a step's grammar bitmask on a worker thread while the forward runs.
+
+    The masks of step N depend only on tokens accepted up to step N-1, so they are known before the forward;
+    llguidance and outlines-core write rows in native code, which then runs beside the model on a spare core.
+    The engine thread does not touch a matcher until it has taken the result.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sprig-mask")
+
+    def start(self, matchers: list[Any], vocab_size: int) -> Future | None:
+        """Begin filling one row per matcher (None: unconstrained row); None when no row is constrained."""
+        if all(m is None for m in matchers):
+            return None
+        return self._pool.submit(fill_bitmask, matchers, vocab_size)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
@@ -12,7 +13,7 @@ import torch
 from sprig.radix import RadixCache
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_group import TPGroup
-from sprig.runtime.engine.constraints import ConstraintService, fill_bitmask
+from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, fill_bitmask
 from sprig.runtime.engine.kv_cache import KVCacheManager
 from sprig.runtime.engine.request import Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
@@ -44,6 +45,24 @@ class EngineCounters:
     decode_batch_tokens: int = 0
     jump_forward_tokens: int = 0
     recent_step_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+
+
+@dataclass(frozen=True)
+class _PendingMasks:
+    """The bitmask being filled for `reqs` while the forward runs."""
+
+    reqs: list[Request]
+    future: Future | None
+
+    def take(self, reqs: list[Request], vocab_size: int) -> torch.Tensor | None:
+        """The bitmask rows of `reqs`: the pending fill, or a fresh one if the rows changed (an abort)."""
+        if self.future is None and all(r.matcher is None for r in reqs):
+            return None
+        if self.future is not None and reqs == self.reqs:
+            return self.future.result()
+        if self.future is not None:
+            self.future.result()  # why: the worker must be done with the matchers before they are used here
+        return fill_bitmask([r.matcher for r in reqs], vocab_size)
 
 
 class EngineCore:
@@ -95,6 +114,7 @@ class EngineCore:
         )
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
+        self.masks = MaskFiller()
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
 
@@ -125,7 +145,8 @@ class EngineCore:
         return self.scheduler.has_work() or (self.tp is not None and self.tp.failed)
 
     def shutdown(self) -> None:
-        """Release what outlives the loop thread: the other tensor-parallel ranks."""
+        """Release what outlives the loop thread: the mask worker and the other tensor-parallel ranks."""
+        self.masks.shutdown()
         if self.tp is not None:
             self.tp.shutdown()
 
@@ -146,12 +167,19 @@ class EngineCore:
         if not plan:
             return []
         seqs = [self._seq_input(s) for s in plan]
+        sampling = [s.req for s in plan if self._will_sample(s)]
+        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # runs beside the forward
         t1 = time.perf_counter()
         out = self.runner.forward(seqs)
         self.counters.model_time += time.perf_counter() - t1
-        updated = self._process(plan, out)
+        updated = self._process(plan, out, _PendingMasks(sampling, masks))
         self._count_step(plan, time.perf_counter() - t0)
         return updated
+
+    @staticmethod
+    def _will_sample(s: ScheduledSeq) -> bool:
+        """This step computes the request's last known token and a token is then sampled (see `_process`)."""
+        return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
 
     def _seq_input(self, s: ScheduledSeq) -> SeqInput:
         req = s.req
@@ -175,7 +203,7 @@ class EngineCore:
             c.decode_steps += 1
             c.decode_batch_tokens += tokens
 
-    def _process(self, plan: list[ScheduledSeq], out: StepOutput) -> list[Request]:
+    def _process(self, plan: list[ScheduledSeq], out: StepOutput, masks: _PendingMasks) -> list[Request]:
         to_sample: list[tuple[int, Request]] = []
         for i, s in enumerate(plan):
             req = s.req
@@ -192,13 +220,13 @@ class EngineCore:
             elif done:
                 to_sample.append((i, req))
         if to_sample:
-            self._sample(to_sample, out)
+            self._sample(to_sample, out, masks)
         for s in plan:
             if s.req.finished:
                 self._retire(s.req)
         return [r for _, r in to_sample]
 
-    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput) -> None:
+    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: _PendingMasks) -> None:
         reqs = [r for _, r in rows]
         logits = out.last_rows([i for i, _ in rows])
         batch = SamplingBatch.build(
@@ -209,7 +237,7 @@ class EngineCore:
             device=logits.device,
             histories=[r.penalties for r in reqs],
         )
-        bitmask = fill_bitmask([r.matcher for r in reqs], self.vocab_size)
+        bitmask = masks.take(reqs, self.vocab_size)
         result = self.sampler.sample(logits, batch, bitmask)
         next_ids = result.next_token_ids.tolist()
         for j, req in enumerate(reqs):

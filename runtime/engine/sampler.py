@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from sprig.kernels.bitmask import apply_token_bitmask_
 from sprig.kernels.cpu_argmax import argmax_rows
 from sprig.runtime.engine.penalties import TokenCounts, TokenHistory
 from sprig.runtime.engine.sampling_params import SamplingParams
@@ -192,10 +193,14 @@ class Sampler:
     def _process_and_pick(self, logits: Tensor, batch: SamplingBatch, allowed_mask: Tensor | None) -> Tensor:
         """Bias, penalties, bans and the grammar mask on a copy of the logits, then greedy or sampled picks."""
         x = logits.to(torch.float32, copy=True)  # the raw logits stay untouched for logprobs
-        allowed = None if allowed_mask is None else unpack_allowed_mask(allowed_mask, x.shape[1])
-        process_logits(x, batch, allowed)
-        if batch.banned is not None or allowed is not None:
-            _revive_dead_rows(x, logits, allowed)
+        if allowed_mask is not None and allowed_mask.dtype == torch.int32:
+            process_logits(x, batch, None)
+            apply_token_bitmask_(x, allowed_mask)  # why: a 0/-inf bias per byte of the mask is ~3x cheaper than bools
+            x.nan_to_num_(nan=NEG_INF, posinf=float("inf"))  # an infinite logit under a cleared bit: inf + -inf
+        else:
+            process_logits(x, batch, None if allowed_mask is None else unpack_allowed_mask(allowed_mask, x.shape[1]))
+        if batch.banned is not None or allowed_mask is not None:
+            _revive_dead_rows(x, logits, allowed_mask)
         rows = batch.sampled_rows
         if rows.numel() == batch.batch_size:
             return self._sample_rows(x, batch)  # x is already a private copy: no need to gather rows
@@ -323,14 +328,14 @@ def unpack_allowed_mask(mask: Tensor, vocab: int) -> Tensor:
     return torch.nn.functional.pad(mask, (0, vocab - width), value=False)
 
 
-def _revive_dead_rows(x: Tensor, raw: Tensor, allowed: Tensor | None) -> None:
+def _revive_dead_rows(x: Tensor, raw: Tensor, allowed_mask: Tensor | None) -> None:
     """Rows left with no finite logit fall back to raw logits under the mask (or raw logits if it is empty)."""
     dead = (x == NEG_INF).all(dim=-1)
     if not bool(dead.any()):
         return
     fallback = raw[dead].to(torch.float32)
-    if allowed is not None:
-        mask = allowed[dead]
+    if allowed_mask is not None:
+        mask = unpack_allowed_mask(allowed_mask[dead], x.shape[1])  # only the dead rows: rare
         keep = mask.any(dim=-1, keepdim=True)
         fallback.masked_fill_(~mask & keep, NEG_INF)
     x[dead] = fallback
