@@ -38,20 +38,25 @@ def test_a_channel_merges_unread_deltas_per_sequence() -> None:
 @pytest.mark.slow
 def test_a_stalled_reader_holds_only_its_unread_output_while_others_stream(tiny_paths, capsys):
     params = {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}
+    other = {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}
+
+    def stream_rate(engine: Engine, k: int) -> float:
+        t0 = time.monotonic()
+        chunks = list(engine.generate(f"another stream {k}", other, stream=True))
+        return len(chunks[-1]["output_ids"]) / (time.monotonic() - t0)
+
     with Engine(str(tiny_paths["tiny-llama"]), max_total_tokens=8192) as engine:
+        alone = [stream_rate(engine, k) for k in range(5)]  # the other streams' pace with nobody stalled
         stalled = engine.generate("a reader that stops reading", params, stream=True, return_logprob=True)
         first = next(stalled)
         stall_start = time.monotonic()
         samples: list[tuple[int, int]] = []
         others: list[float] = []  # tokens per second of each other stream, while the reader stalls
         while time.monotonic() - stall_start < STALL_S:
-            t0 = time.monotonic()
-            chunks = list(engine.generate(f"another stream {len(others)}",
-                                          {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}, stream=True))
-            others.append(len(chunks[-1]["output_ids"]) / (time.monotonic() - t0))
+            others.append(stream_rate(engine, len(others)))
             samples.append((stalled.channel.pending_deltas, stalled.channel.pending_items))
         still_running = any(r.rid == first["meta_info"]["id"] for r in engine.core.requests.values())
-        generated_while_stalled = engine.stats()["generated_tokens"] - 48 * len(others)
+        generated_while_stalled = engine.stats()["generated_tokens"] - 48 * (len(others) + len(alone))
         rest = list(stalled)
 
     final = rest[-1]
@@ -66,4 +71,5 @@ def test_a_stalled_reader_holds_only_its_unread_output_while_others_stream(tiny_
         print(f"\nstalled {STALL_S:.0f}s (still generating at the end: {still_running}); "
               f"{generated_while_stalled} tokens generated meanwhile; pending deltas max {max(d for d, _ in samples)},"
               f" items max {max(i for _, i in samples)} (bound {3 * MAX_NEW}); {len(others)} other streams at "
-              f"{min(others):.0f}-{max(others):.0f} tok/s (median {sorted(others)[len(others) // 2]:.0f})")
+              f"{min(others):.0f}-{max(others):.0f} tok/s (median {sorted(others)[len(others) // 2]:.0f}; alone before "
+              f"the stall: median {sorted(alone)[len(alone) // 2]:.0f})")
