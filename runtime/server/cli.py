@@ -54,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="/health reports 503 when the engine makes no progress this long with work pending")
     p.add_argument("--timeout-keep-alive", type=int, default=5, help="idle keep-alive connection timeout (s)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="/generate stream chunks carry only the new text, ids and logprobs (SGLang's option)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -72,7 +74,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
                           max_request_bytes=args.max_request_bytes, max_queued_requests=args.max_queued_requests,
                           max_sequences_per_request=args.max_sequences_per_request,
                           request_timeout=args.request_timeout or None, shutdown_timeout=args.shutdown_timeout,
-                          watchdog_timeout=args.watchdog_timeout)
+                          watchdog_timeout=args.watchdog_timeout,
+                          incremental_streaming_output=args.incremental_streaming_output)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

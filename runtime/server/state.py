@@ -32,6 +32,7 @@ class ServerSettings:
     request_timeout: float | None = None
     shutdown_timeout: float = 30.0
     watchdog_timeout: float = 60.0
+    incremental_streaming_output: bool = False  # /generate streams send only what is new (SGLang's option)
 
 
 class StopCause(Enum):
