@@ -109,6 +109,17 @@ def test_stream_interval_batches_chunks_without_losing_output(http, full):
     assert events[-1]["text"] == full["text"] and events[-1]["output_ids"] == full["output_ids"]
 
 
+def test_n_answers_a_flat_prompt_major_list_as_sglang_does(http):
+    params = {"max_new_tokens": 4, "temperature": 1.0, "n": 2, "seed": 1}
+    one = http.post("/generate", json={"text": PROMPT, "sampling_params": params}).json()
+    assert isinstance(one, list) and len(one) == 2 and all({"text", "output_ids", "meta_info"} <= set(r) for r in one)
+    batch = http.post("/generate", json={"text": ["a", PROMPT], "sampling_params": params}).json()
+    prompt_tokens = [r["meta_info"]["prompt_tokens"] for r in batch]
+    assert len(batch) == 4 and prompt_tokens[0] == prompt_tokens[1] != prompt_tokens[2] == prompt_tokens[3]
+    events = chunks(http, {"text": PROMPT, "sampling_params": params})
+    assert {e["index"] for e in events} == {0, 1}
+
+
 def test_model_info_gives_a_tokenizer_a_client_can_load(http):
     info = http.get("/model_info").json()
     assert info == http.get("/get_model_info").json()

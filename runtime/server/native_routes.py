@@ -3,7 +3,7 @@
 
 `/generate` takes `text` or `input_ids` (one or a batch), `sampling_params` as in `Engine.generate` (one dict or
 one per prompt; ``null`` values mean the default, as in SGLang), `return_logprob`, `logprob_start_len`,
-`top_logprobs_num`, `return_text_in_logprobs`, `stream` and a sprig `timeout`. It answers the result
+`top_logprobs_num`, `return_text_in_logprobs`, `stream`, `priority` and a sprig `timeout`. It answers the result
 dict (a list for a batch or n > 1) with logprobs as ``[logprob, token_id, text]`` triples (text null unless
 `return_text_in_logprobs`). Streams send cumulative results as SSE ``data:`` lines (only what is new with
 ``--incremental-streaming-output``; at most one per `stream_interval` tokens: `native_stream.ChunkCutter`), then
@@ -68,6 +68,7 @@ class GenerateRequest(StrictModel):
     stream: bool | None = False
     rid: str | None = Field(None, max_length=128)
     timeout: float | None = None
+    priority: int | None = None  # higher is scheduled first (SGLang's field)
 
 
 def _is_batch(req: GenerateRequest) -> bool:
@@ -121,6 +122,8 @@ def engine_call(req: GenerateRequest, params: Any, sequences: int) -> EngineCall
         kwargs["prompt"] = req.text
     if req.input_ids is not None:
         kwargs["input_ids"] = req.input_ids
+    if req.priority is not None:
+        kwargs["priority"] = req.priority
     return EngineCall(kwargs, sequences, check_timeout(req.timeout), NATIVE_PARAMS)
 
 
