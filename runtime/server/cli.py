@@ -146,7 +146,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server: _Server | None = None
 
     def on_ready(state: ServerState) -> None:
-        print(f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)", file=sys.stderr, flush=True)
+        from sprig.runtime.engine.summary import engine_facts, format_block
+
+        facts = [*engine_facts(state.ready_engine().core), ("data parallel", str(getattr(args, "dp_size", 1) or 1))]
+        title = f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)"  # first: the router reads it
+        print(format_block(title, facts), file=sys.stderr, flush=True)
 
     def on_failed(message: str) -> None:
         print(f"sprig: error: the model failed to load: {message}", file=sys.stderr, flush=True)

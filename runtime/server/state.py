@@ -159,8 +159,8 @@ class ServerState:
         if self.draining:
             return
         self.draining = True
-        logger.warning("draining: %d sequences in flight, shutdown timeout %.1fs", self.inflight_sequences,
-                       self.settings.shutdown_timeout)
+        logger.info("draining: %d sequences in flight, shutdown timeout %.1fs", self.inflight_sequences,
+                    self.settings.shutdown_timeout)
         loop.call_later(self.settings.shutdown_timeout, self.abort_all_runs)
 
     def abort_all_runs(self) -> None:
