@@ -19,7 +19,8 @@ from sprig import Engine
 from sprig.lang import OpenAICompatible, RuntimeEndpoint
 
 LONG = {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True}
-SHORT = {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}
+# Long enough that the engine finishes them well apart: the test observes the order from the client side.
+SHORT = {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_generate_and_openai_routes_are_scheduled_by_priority(server):
         return lambda: httpx.post(server.url + "/generate", json=body, timeout=60).raise_for_status()
 
     def openai(route: str, priority: int) -> Callable[[], Any]:
-        body: dict[str, Any] = {"max_tokens": 3, "temperature": 0, "priority": priority,
+        body: dict[str, Any] = {"max_tokens": 48, "temperature": 0, "priority": priority,
                                 **({"prompt": "b"} if route == "completions" else
                                    {"messages": [{"role": "user", "content": "b"}]})}
         return lambda: httpx.post(f"{server.url}/v1/{route}", json=body, timeout=60).raise_for_status()
@@ -109,13 +110,13 @@ def test_a_bad_priority_is_a_400(server):
 @sprig.function
 def answer(s, label):
     s += label + ":"
-    s += sprig.gen("out", max_tokens=3, temperature=0, ignore_eos=True)
+    s += sprig.gen("out", max_tokens=48, temperature=0, ignore_eos=True)
 
 
 @sprig.function
 def answer_urgently(s, label):
     s += label + ":"
-    s += sprig.gen("out", max_tokens=3, temperature=0, ignore_eos=True, priority=7)
+    s += sprig.gen("out", max_tokens=48, temperature=0, ignore_eos=True, priority=7)
 
 
 def dsl_calls(backend: Any) -> list[tuple[str, Callable[[], Any]]]:
