@@ -57,6 +57,19 @@ def default_backend(device: torch.device | str | None = None) -> str:
     return "cpu" if native_kernels() is not None else "torch"
 
 
+def backend_reason(chosen: str, requested: str | None, device: torch.device | str) -> str:
+    """Why `chosen` runs on `device`: the flag, or the rule of `default_backend` that picked it (for start-up logs)."""
+    if requested is not None:
+        return "as requested"
+    if torch.device(device).type == "cuda":
+        return "default on CUDA" if chosen == "triton" else "default on CUDA without the triton package"
+    if chosen == "cpu":
+        return "default on CPU: sprig's C kernels built for this machine"
+    if os.environ.get("SPRIG_NATIVE_KERNELS", "1").lower() in ("0", "false", "off", "no"):
+        return "SPRIG_NATIVE_KERNELS turns the C kernels off"
+    return "the C kernels could not be built here (see the warning above)"
+
+
 def get_kernels(backend: str | None = None, device: torch.device | str | None = None) -> KernelSet:
     """The kernels of `backend` ("torch" or "triton"; None picks `default_backend(device)`).
 

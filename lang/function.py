@@ -60,11 +60,12 @@ def _resolve(backend: Any) -> Backend:
 
 def _defaults(max_new_tokens: int | None, temperature: float | None, top_p: float | None, top_k: int | None,
               min_p: float | None, frequency_penalty: float | None, presence_penalty: float | None,
-              repetition_penalty: float | None, stop: str | Sequence[str] | None) -> GenParams:
+              repetition_penalty: float | None, stop: str | Sequence[str] | None,
+              priority: int | None = None) -> GenParams:
     stop_t = None if stop is None else ((stop,) if isinstance(stop, str) else tuple(stop))
     return GenParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                     repetition_penalty=repetition_penalty, stop=stop_t)
+                     repetition_penalty=repetition_penalty, stop=stop_t, priority=priority)
 
 
 class SprigFunction:
@@ -81,17 +82,18 @@ class SprigFunction:
             max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
             top_k: int | None = None, min_p: float | None = None, frequency_penalty: float | None = None,
             presence_penalty: float | None = None, repetition_penalty: float | None = None,
-            stop: str | Sequence[str] | None = None, **kwargs: Any) -> ProgramState:
+            stop: str | Sequence[str] | None = None, priority: int | None = None, **kwargs: Any) -> ProgramState:
         """Run the program once and return its state.
 
         The sampling options are defaults for every `gen` that does not set them; `seed` makes the whole run
-        reproducible (each call derives its own seed from it). Without `stream` this returns when the program
+        reproducible (each call derives its own seed from it); `priority` is the scheduling priority of every
+        `gen` (higher first) that does not set its own. Without `stream` this returns when the program
         is done and raises its error; with `stream=True` it returns at once while the program runs in the
         background (read it with `s.text_iter()`; errors end the iterator and stay on `s.error`).
         """
         config = RunConfig(_resolve(backend), _defaults(max_new_tokens, temperature, top_p, top_k, min_p,
                                                         frequency_penalty, presence_penalty,
-                                                        repetition_penalty, stop), seed, stream)
+                                                        repetition_penalty, stop, priority), seed, stream)
         state = ProgramState(config)
         if stream:
             threading.Thread(target=self._execute, args=(state, args, kwargs), name="sprig-program",
@@ -108,7 +110,7 @@ class SprigFunction:
                   top_p: float | None = None, top_k: int | None = None, min_p: float | None = None,
                   frequency_penalty: float | None = None, presence_penalty: float | None = None,
                   repetition_penalty: float | None = None,
-                  stop: str | Sequence[str] | None = None) -> list[ProgramState]:
+                  stop: str | Sequence[str] | None = None, priority: int | None = None) -> list[ProgramState]:
         """Run the program once per kwargs dict, `num_threads` at a time; returns the states in order.
 
         A failing program does not stop the others: its exception is on its state's `error`. With
@@ -119,7 +121,7 @@ class SprigFunction:
         threads = _thread_count(num_threads, len(batch_kwargs))
         config = RunConfig(_resolve(backend), _defaults(max_new_tokens, temperature, top_p, top_k, min_p,
                                                         frequency_penalty, presence_penalty,
-                                                        repetition_penalty, stop), seed)
+                                                        repetition_penalty, stop, priority), seed)
         if cache_prefix:
             prefix = constant_prefix(self.fn, batch_kwargs, config.backend.chat_formatter)
             if prefix:

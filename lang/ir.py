@@ -86,6 +86,7 @@ class GenParams:
     regex: str | None = None
     json_schema: str | None = None
     choices: tuple[str, ...] | None = None
+    priority: int | None = None  # a request field, not a sampling one: backends send it beside the params
 
     def merged_over(self, defaults: GenParams) -> GenParams:
         """These params with every unset field taken from `defaults`."""
@@ -93,7 +94,8 @@ class GenParams:
         return GenParams(**{k: v if v is not None else getattr(defaults, k) for k, v in values.items()})
 
     def to_sampling_params(self) -> dict[str, Any]:
-        """The SGLang-style `sampling_params` dict every backend speaks (unset fields left out)."""
+        """The SGLang-style `sampling_params` dict every backend speaks (unset fields left out); a set
+        `priority` rides along under that key and each backend moves it to its request (`split_priority`)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)

@@ -49,12 +49,14 @@ def gen(
     stop_token_ids: Sequence[int] | None = None,
     ignore_eos: bool | None = None,
     seed: int | None = None,
+    priority: int | None = None,
 ) -> Gen:
     """Generate text after the current prompt, append it, and store it as `s[name]`.
 
     Unset options fall back to the defaults given to `run`. `regex`, `json_schema` (a dict or a JSON string)
     and `choices` constrain the output through the backend's grammar; `dtype` (int, float, bool or str)
-    constrains it to a literal of that type and stores the converted value.
+    constrains it to a literal of that type and stores the converted value. A higher `priority` is scheduled
+    first by a sprig (or SGLang) server.
     """
     kind = _dtype(dtype)
     if sum(x is not None for x in (regex, json_schema, choices)) > 1:
@@ -75,7 +77,7 @@ def gen(
         max_tokens=max_tokens, min_tokens=min_tokens, stop=_str_tuple(stop), stop_token_ids=_tuple(stop_token_ids),
         temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty, repetition_penalty=repetition_penalty, ignore_eos=ignore_eos, seed=seed,
-        regex=regex, json_schema=json_schema, choices=choices,
+        regex=regex, json_schema=json_schema, choices=choices, priority=priority,
     )
     return Gen(_name(name), params, kind)
 

@@ -1,4 +1,8 @@
-"""The `sprig` command line: generate, serve, bench."""
+"""The `sprig` command line: generate, serve, bench, router.
+
+Global flags (`--log-level`, `--debug`) work before or after the subcommand; every help shows the defaults. A user
+error (bad option, missing model, unusable device) is one line on stderr; `--debug` adds the traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 
 from sprig.runtime.config import add_engine_args, config_from_args
 from sprig.runtime.errors import SprigError
@@ -16,7 +21,22 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 
-def _fail(message: str) -> int:
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows `(default: X)` after each flag's help, unless the help already says it or there is nothing to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action) or text
+
+
+def _fail(message: str, debug: bool = False) -> int:
+    if debug:
+        traceback.print_exc()
     print(f"sprig: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
@@ -38,25 +58,46 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sprig", description="structured-generation and prefix-sharing LLM runtime")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser = argparse.ArgumentParser(prog="sprig", description="structured-generation and prefix-sharing LLM runtime",
+                                     formatter_class=HelpFormatter)
+    _add_global_args(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="generate text for one or more prompts")
     add_engine_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for several)")
-    gen.add_argument("--max-new-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=-1)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most per prompt")
+    gen.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this much probability mass")
+    gen.add_argument("--top-k", type=int, default=-1, help="sample among the k most likely tokens (-1: all)")
+    gen.add_argument("--seed", type=int, default=None, help="per-request seed for reproducible sampling")
     gen.add_argument("--stop", action="append", default=None, help="a stop string (repeatable)")
-    gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     gen.add_argument("--json", action="store_true", help="one JSON result object per prompt")
     gen.set_defaults(func=cmd_generate)
 
     _add_optional_commands(sub)
+    for sub_parser in _subparsers(parser):
+        sub_parser.formatter_class = HelpFormatter
+        _add_global_args(sub_parser, argparse.SUPPRESS)  # why: SUPPRESS keeps the value given before the command
+    parser.set_defaults(log_level="warning", debug=False)
     return parser
+
+
+def _add_global_args(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--log-level", default=default, choices=LOG_LEVELS,
+                        help="log level (default: warning; accepted before or after the command)")
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the traceback of an error, not only its one-line message")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser below `parser` (commands and their own subcommands)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield child
+                yield from _subparsers(child)
 
 
 def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
@@ -109,10 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             failure = recorded_failure()
             return status if failure is None else EXIT_FAILURE
         return int(args.func(args) or 0)
-    except SprigError as e:
-        return _fail(str(e))
-    except ValueError as e:  # invalid options or request fields: one line, no traceback
-        return _fail(str(e))
+    except (SprigError, ValueError, OSError) as e:  # the user's to fix (options, files, device): one line
+        return _fail(str(e), args.debug)
     except KeyboardInterrupt:
         return 130
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -70,6 +71,23 @@ class EngineConfig:
             raise ValueError("tp_size must be positive")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
             raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
+        check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """A ValueError (one line, says what to do) when `device` is not cpu / cuda[:N] or this torch cannot use it."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device)
+    if match is None:
+        raise ValueError(f"device {device!r} is not one of cpu, cuda, cuda:N")
+    if device == "cpu":
+        return
+    import torch  # why: only here, so the CLI's parsing and --help stay fast
+
+    if not torch.cuda.is_available():
+        why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA device"
+        raise ValueError(f"device {device!r}: torch {torch.__version__} {why}; use --device cpu")
+    if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -79,25 +97,30 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face checkpoint folder (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None, help="weight-only quantization: int8")
-    parser.add_argument("--device", default=d.device)
+    parser.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
     parser.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
     parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
                         help="fraction of free memory for the KV pool when --max-total-tokens is not given")
-    parser.add_argument("--page-size", type=int, default=d.page_size)
-    parser.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size)
-    parser.add_argument("--max-running-requests", type=int, default=d.max_running_requests)
-    parser.add_argument("--schedule-policy", default=d.schedule_policy, choices=["lpm", "fcfs"])
+    parser.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
+    parser.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size,
+                        help="prompt tokens computed per step at most (longer prompts are chunked)")
+    parser.add_argument("--max-running-requests", type=int, default=d.max_running_requests,
+                        help="sequences decoded together at most")
+    parser.add_argument("--schedule-policy", default=d.schedule_policy, choices=["lpm", "fcfs"],
+                        help="admission order after priority: longest cached prefix first, or arrival order")
     parser.add_argument("--schedule-conservativeness", type=float, default=d.schedule_conservativeness,
                         help="lower admits more requests at the risk of preemption")
-    parser.add_argument("--disable-radix-cache", action="store_true")
+    parser.add_argument("--disable-radix-cache", action="store_true", help="do not reuse KV across requests")
     parser.add_argument("--disable-mixed-chunk", action="store_true",
                         help="alternate prefill and decode steps instead of running them in one batch")
-    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"])
-    parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"],
+                        help="kernels: triton on CUDA, sprig's C kernels on CPU when they build, else torch")
+    parser.add_argument("--context-length", type=int, default=None, help="cap below the model's own context")
     parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--random-seed", type=int, default=None)
-    parser.add_argument("--tp-size", type=int, default=1)
-    parser.add_argument("--disable-jump-forward", action="store_true")
+    parser.add_argument("--random-seed", type=int, default=None, help="seed of the sampler for unseeded requests")
+    parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
+    parser.add_argument("--disable-jump-forward", action="store_true",
+                        help="sample forced grammar tokens one by one instead of appending them at once")
     parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")

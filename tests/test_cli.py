@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -35,6 +36,8 @@ def test_generate_json_prints_one_result_per_prompt(tiny_paths):
         (["--dtype", "float8"], "unsupported dtype 'float8'"),
         (["--quantization", "fp4"], "unsupported quantization 'fp4'"),
         (["--temperature", "-1"], "temperature"),
+        (["--device", "tpu"], "device 'tpu' is not one of cpu, cuda, cuda:N"),
+        (["--device", "cuda:64"], "device 'cuda:64'"),  # no CUDA, or no 65th GPU: one line either way
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tiny_paths, args, message):
@@ -60,3 +63,48 @@ def test_missing_config_and_unsupported_architecture(tmp_path, tiny_paths):
     (folder / "config.json").write_text(json.dumps(cfg))
     out = sprig("generate", "--model", str(folder), "--prompt", "hi")
     assert out.returncode == 2 and "supported: LlamaForCausalLM" in out.stderr
+
+
+def test_debug_shows_the_traceback_after_the_command_too(tiny_paths):
+    out = sprig("generate", "--prompt", "hi", "--model", "/no/such/folder", "--debug")
+    assert out.returncode == 2 and "Traceback" in out.stderr
+    assert out.stderr.rstrip().splitlines()[-1] == "sprig: error: model folder not found: /no/such/folder"
+
+
+def test_global_flags_are_accepted_before_and_after_the_command():
+    from sprig.runtime.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--log-level", "info"]).log_level == "info"
+    assert parser.parse_args(["--log-level", "error", "serve"]).log_level == "error"
+    nested = ["--log-level", "error", "bench", "serve", "--base-url", "http://x", "--log-level", "debug"]
+    assert parser.parse_args(nested).log_level == "debug"
+    args = parser.parse_args(["generate", "--prompt", "x"])
+    assert (args.log_level, args.debug) == ("warning", False)
+
+
+def _all_parsers(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    out = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out += _all_parsers(child, f"{path} {name}")
+    return out
+
+
+def test_every_flag_has_help_and_help_shows_defaults():
+    from sprig.runtime.cli import build_parser
+
+    parsers = _all_parsers(build_parser(), "sprig")
+    assert {path for path, _ in parsers} >= {"sprig generate", "sprig serve", "sprig router", "sprig bench serve"}
+    missing = [(path, a.option_strings) for path, p in parsers for a in p._actions
+               if a.option_strings and not (a.help or "").strip()]
+    assert not missing, missing
+    serve = dict(parsers)["sprig serve"].format_help()
+    assert "(default: 30000)" in " ".join(serve.split())  # --port
+    assert "(default: 16)" in " ".join(serve.split())  # --page-size
+
+
+def test_serve_help_runs_from_the_command_line():
+    out = sprig("serve", "--help", "--log-level", "info")
+    assert out.returncode == 0 and "--incremental-streaming-output" in out.stdout and "(default:" in out.stdout

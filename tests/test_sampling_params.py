@@ -6,6 +6,7 @@ stable string; nothing is clamped silently (docs/architecture.md, "Errors").
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -187,3 +188,53 @@ def test_error_is_a_value_error_with_message_param_code() -> None:
     err = rejected({"top_p": 2})
     assert isinstance(err, ValueError)
     assert err.message == str(err) and err.param == "top_p" and isinstance(err.code, str)
+
+
+# --- SGLang's extra keys -----------------------------------------------------------------------------------------
+
+def test_sglang_stop_keys_parse_and_round_trip() -> None:
+    p = check({"stop_regex": r"\d+", "no_stop_trim": True, "stream_interval": 4})
+    assert p.stop_regex == [r"\d+"] and p.no_stop_trim and p.stream_interval == 4
+    assert check({"stop_regex": []}).stop_regex == []  # what SGLang's frontend sends by default
+    assert SamplingParams.from_dict(p.to_dict()) == p
+
+
+def test_sampling_seed_is_an_alias_of_seed() -> None:
+    assert check({"sampling_seed": 7}).seed == 7
+    assert check({"sampling_seed": 7, "seed": 7}).seed == 7
+    err = rejected({"sampling_seed": 7, "seed": 8})
+    assert (err.param, err.code) == ("sampling_seed", ErrorCode.CONFLICT.value)
+    assert rejected({"sampling_seed": -1}).param == "seed"
+
+
+def test_custom_params_are_dropped_with_a_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="sprig.runtime.engine.sampling_params"):
+        p = check({"custom_params": {"bias": 3}, "temperature": 0.5})
+    assert p == SamplingParams(temperature=0.5)
+    assert any("custom_params" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+@pytest.mark.parametrize(("d", "code"), [
+    ({"stop_regex": "("}, ErrorCode.INVALID_TYPE),
+    ({"stop_regex": ["a*"]}, ErrorCode.INVALID_TYPE),  # matches '' so it would stop at once
+    ({"stop_regex": [3]}, ErrorCode.INVALID_TYPE),
+    ({"stop_regex": ["x"] * 65}, ErrorCode.TOO_MANY),
+    ({"stop_regex": ["x" * 1025]}, ErrorCode.TOO_LONG),
+])
+def test_bad_stop_regex_is_refused_by_name(d: dict, code: ErrorCode) -> None:
+    err = rejected(d)
+    assert (err.param, err.code) == ("stop_regex", code.value)
+
+
+@pytest.mark.parametrize(("d", "param"), [
+    ({"stream_interval": 0}, "stream_interval"), ({"stream_interval": 1.5}, "stream_interval"),
+    ({"no_stop_trim": "yes"}, "no_stop_trim"),
+])
+def test_bad_stream_interval_and_no_stop_trim_name_their_field(d: dict, param: str) -> None:
+    assert rejected(d).param == param
+
+
+@pytest.mark.parametrize("key", ["structural_tag", "stop_regexes"])
+def test_keys_sprig_does_not_implement_are_still_refused(key: str) -> None:
+    err = rejected({key: "x"})
+    assert (err.param, err.code) == (key, ErrorCode.UNKNOWN_PARAMETER.value)

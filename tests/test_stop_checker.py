@@ -7,6 +7,7 @@ the real `IncrementalDetokenizer` over a tiny checkpoint's tokenizer.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from tokenizers import Tokenizer
@@ -169,3 +170,85 @@ def test_with_the_real_detokenizer_a_stop_string_spanning_many_tokens() -> None:
             break
     assert step.finish == FinishReason(FinishType.STOP, "\n\nQuestion:")
     assert streamed == "The answer is 42."
+
+
+# --- stop_regex and no_stop_trim (SGLang's sampling keys) ---------------------------------------------------------
+
+def test_stop_regex_stops_on_a_match_across_tokens_and_cuts_where_it_begins() -> None:
+    deltas, finish, checker = run(SamplingParams(stop_regex=[r"\d+\."]), ["Total: 1", "2", "3", ". More", "x"])
+    assert finish == FinishReason(FinishType.STOP, r"\d+\.")
+    assert finish.to_dict() == {"type": "stop", "matched": r"\d+\."}
+    assert "".join(deltas) == checker.text == "Total: "
+    assert deltas[:3] == ["Total: ", "", ""]  # "1", "12", "123" could still grow into a match: held back
+
+
+def test_stop_regex_releases_held_text_once_it_cannot_match() -> None:
+    deltas, finish, _ = run(SamplingParams(stop_regex=["ab+c"], max_new_tokens=3), ["xa", "bb", "q"])
+    assert deltas == ["x", "", "abbq"] and finish == FinishReason(FinishType.LENGTH)
+
+
+def test_earliest_match_wins_between_stop_strings_and_regexes() -> None:
+    params = SamplingParams(stop=["END"], stop_regex=["[A-Z]{3}"])
+    _, finish, checker = run(params, ["one TWO END"])
+    assert finish == FinishReason(FinishType.STOP, "[A-Z]{3}") and checker.text == "one "
+    _, finish, checker = run(SamplingParams(stop=["END"], stop_regex=["E.D"]), ["x END"])
+    assert finish == FinishReason(FinishType.STOP, "END") and checker.text == "x "  # a tie: the string wins
+
+
+def test_stop_regex_ignores_text_before_min_new_tokens() -> None:
+    deltas, finish, checker = run(SamplingParams(stop_regex=["stop"], min_new_tokens=2), ["stop", "go", "stop!"])
+    assert finish == FinishReason(FinishType.STOP, "stop") and checker.text == "stopgo"
+    assert "".join(deltas) == "stopgo"
+
+
+def test_no_stop_trim_keeps_the_stop_string_and_holds_nothing_back() -> None:
+    params = SamplingParams(stop=["END"], no_stop_trim=True)
+    deltas, finish, checker = run(params, ["Hello E", "N", "D and more", "never"])
+    assert finish == FinishReason(FinishType.STOP, "END")
+    assert deltas == ["Hello E", "N", "D and more"] and checker.text == "Hello END and more"
+
+
+def test_no_stop_trim_keeps_the_regex_match() -> None:
+    _, finish, checker = run(SamplingParams(stop_regex=[r"\d\d"], no_stop_trim=True), ["a1", "2b", "c"])
+    assert finish == FinishReason(FinishType.STOP, r"\d\d") and checker.text == "a12b"
+
+
+def test_no_stop_trim_keeps_the_stop_token_text() -> None:
+    detok = Pieces({1: "hi", 9: "</s>"})
+    checker = StopChecker(SamplingParams(stop_token_ids=[9], no_stop_trim=True), eos_token_ids=[EOS])
+    checker.step(1, detok)
+    step = checker.step(9, detok)
+    assert step.finish == FinishReason(FinishType.STOP, 9) and checker.text == "hi</s>" and detok.fed == [1, 9]
+    trimmed = StopChecker(SamplingParams(stop_token_ids=[9]), eos_token_ids=[EOS])
+    detok = Pieces({1: "hi", 9: "</s>"})
+    trimmed.step(1, detok)
+    trimmed.step(9, detok)
+    assert trimmed.text == "hi" and detok.fed == [1]
+
+
+def regex_reference(pieces: list[str], patterns: list[str], max_new: int) -> tuple[str, str | None]:
+    """The text a request returns: at the first token whose text completes a match, cut at the earliest start."""
+    text = ""
+    for piece in pieces[:max_new]:
+        text += piece
+        found = [(m.start(), i) for i, p in enumerate(patterns) if (m := re.search(p, text)) is not None]
+        if found:
+            start, first = min(found)
+            return text[:start], patterns[first]
+    return text, None
+
+
+def test_random_regex_streams_match_python_re_and_never_show_cut_text() -> None:
+    rng = random.Random(1)
+    shapes = ["a+b", "b[ab]?c", r"\nc+", "(ab|ba)c", "ca*b"]
+    for _ in range(400):
+        patterns = rng.sample(shapes, rng.randint(1, 2))
+        pieces = ["".join(rng.choices("ab\nc", k=rng.randint(0, 3))) for _ in range(rng.randint(1, 12))]
+        deltas, finish, checker = run(SamplingParams(stop_regex=patterns, max_new_tokens=len(pieces)), pieces)
+        expected, matched = regex_reference(pieces, patterns, len(pieces))
+        assert "".join(deltas) == checker.text == expected, (patterns, pieces)
+        assert finish is not None and finish.matched == matched
+        shown = ""
+        for d in deltas:
+            shown += d
+            assert expected.startswith(shown), (patterns, pieces, deltas)

@@ -59,6 +59,12 @@ class ChoiceLogprobs:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def split_priority(sampling_params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The params without `priority`, and the priority (None when unset): native protocols send it per request."""
+    params = dict(sampling_params)
+    return params, params.pop("priority", None)
+
+
 class Backend(ABC):
     """Runs the model calls of programs. Implementations must be safe to call from many threads at once."""
 

@@ -29,17 +29,20 @@ class LocalBackend(NativeBackend):
         return self._formatter
 
     def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
-                        return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
+                        return_logprob: bool = False, logprob_start_len: int = -1,
+                        priority: int | None = None) -> list[dict[str, Any]]:
         key = "input_ids" if prompts and isinstance(prompts[0], list) else "prompt"
         batch: dict[str, Any] = {key: list(prompts)}
-        return self.engine.generate(**batch, sampling_params=sampling_params,
-                                    return_logprob=return_logprob, logprob_start_len=logprob_start_len)
+        return self.engine.generate(**batch, sampling_params=sampling_params, return_logprob=return_logprob,
+                                    logprob_start_len=logprob_start_len, priority=priority or 0)
 
-    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any],
+                      priority: int | None = None) -> Iterator[dict[str, Any]]:
         if isinstance(prompt, list):
-            yield from self.engine.generate(input_ids=prompt, sampling_params=sampling_params, stream=True)
+            yield from self.engine.generate(input_ids=prompt, sampling_params=sampling_params, stream=True,
+                                            priority=priority or 0)
         else:
-            yield from self.engine.generate(prompt, sampling_params, stream=True)
+            yield from self.engine.generate(prompt, sampling_params, stream=True, priority=priority or 0)
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int] | None:
         return self.engine.tokenizer.encode(text, add_special_tokens=add_special_tokens)

@@ -15,7 +15,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sprig.lang.backends.base import Backend, ChoiceLogprobs, GenOutput, Piece, Prompt, StreamChunk
+from sprig.lang.backends.base import (
+    Backend,
+    ChoiceLogprobs,
+    GenOutput,
+    Piece,
+    Prompt,
+    StreamChunk,
+    split_priority,
+)
 from sprig.lang.errors import BackendError, ProgramStateError
 from sprig.lang.select_scoring import BOUNDARY_LOOKBACK, seam
 
@@ -37,11 +45,13 @@ class NativeBackend(Backend):
 
     @abstractmethod
     def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
-                        return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
-        """One native result dict per prompt (text, output_ids, meta_info)."""
+                        return_logprob: bool = False, logprob_start_len: int = -1,
+                        priority: int | None = None) -> list[dict[str, Any]]:
+        """One native result dict per prompt (text, output_ids, meta_info); `priority` None: the default."""
 
     @abstractmethod
-    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any],
+                      priority: int | None = None) -> Iterator[dict[str, Any]]:
         """Native result dicts with cumulative text as generation proceeds; the last one has the finish."""
 
     @abstractmethod
@@ -86,12 +96,14 @@ class NativeBackend(Backend):
 
     # --- Backend -------------------------------------------------------------------------------------
     def generate(self, prompt: Prompt, sampling_params: dict[str, Any]) -> GenOutput:
-        result = self.native_generate([self.native_prompt(prompt)], sampling_params)[0]
+        params, priority = split_priority(sampling_params)
+        result = self.native_generate([self.native_prompt(prompt)], params, priority=priority)[0]
         return GenOutput(result["text"], _meta(result), self._token_ids_of(result))
 
     def stream(self, prompt: Prompt, sampling_params: dict[str, Any]) -> Iterator[StreamChunk]:
         sent = ""
-        for chunk in self.native_stream(self.native_prompt(prompt), sampling_params):
+        params, priority = split_priority(sampling_params)
+        for chunk in self.native_stream(self.native_prompt(prompt), params, priority):
             text = chunk.get("text", "")
             # Cumulative text normally extends what was sent; a server sending deltas is handled too.
             delta = text[len(sent):] if text.startswith(sent) else text

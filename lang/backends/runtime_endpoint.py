@@ -46,10 +46,13 @@ class RuntimeEndpoint(NativeBackend):
         return self._formatter
 
     def native_generate(self, prompts: Sequence[NativePrompt], sampling_params: dict[str, Any],
-                        return_logprob: bool = False, logprob_start_len: int = -1) -> list[dict[str, Any]]:
+                        return_logprob: bool = False, logprob_start_len: int = -1,
+                        priority: int | None = None) -> list[dict[str, Any]]:
         key = "input_ids" if prompts and isinstance(prompts[0], list) else "text"
         body: dict[str, Any] = {key: prompts if len(prompts) > 1 else prompts[0],
                                 "sampling_params": sampling_params}
+        if priority is not None:
+            body["priority"] = priority
         if return_logprob:
             body.update(return_logprob=True, logprob_start_len=logprob_start_len)
         result = self.http.post("/generate", body)
@@ -58,9 +61,13 @@ class RuntimeEndpoint(NativeBackend):
             raise BackendError("/generate answered with an unexpected shape")
         return results
 
-    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def native_stream(self, prompt: NativePrompt, sampling_params: dict[str, Any],
+                      priority: int | None = None) -> Iterator[dict[str, Any]]:
         key = "input_ids" if isinstance(prompt, list) else "text"
-        yield from self.http.stream("/generate", {key: prompt, "sampling_params": sampling_params, "stream": True})
+        body: dict[str, Any] = {key: prompt, "sampling_params": sampling_params, "stream": True}
+        if priority is not None:
+            body["priority"] = priority
+        yield from self.http.stream("/generate", body)
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int] | None:
         return None if self._tokenizer is None else self._tokenizer.encode(text, add_special_tokens)

@@ -64,7 +64,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-len", type=int, default=d.prefix_len, help="shared-prefix: tokens shared per group")
     p.add_argument("--num-groups", type=int, default=d.num_groups, help="shared-prefix: distinct prefixes")
     p.add_argument("--num-turns", type=int, default=d.num_turns, help="multi-turn: turns per conversation")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the dataset sampling and arrival times")
     p.add_argument("--request-rate", type=float, default=load.request_rate,
                    help="sessions per second (default inf: all at once)")
     p.add_argument("--arrival", type=Arrival, choices=[a.value for a in Arrival], default=load.arrival,
@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="benchmark any OpenAI-compatible server over HTTP")
     serve.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000 (with or without /v1)")
     serve.add_argument("--model", default=None, help="the `model` field (default: the first of /v1/models)")
-    serve.add_argument("--api-key", default=None)
+    serve.add_argument("--api-key", default=None, help="bearer key sent to the server")
     serve.add_argument("--tokenizer", default=None,
                        help="checkpoint folder or sprig recipe name for prompts and counts "
                             "(default: the tokenizer path the server reports)")

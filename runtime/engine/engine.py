@@ -34,6 +34,7 @@ from sprig.runtime.errors import RequestError
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_PROMPTS = 4096
+MAX_PRIORITY = 2**31 - 1  # SGLang's int32 range; larger values would only reorder the same way
 
 
 class Engine:
@@ -172,6 +173,7 @@ class Engine:
         """Validate and build every request of a call (nothing is submitted if any is invalid).
 
         Returns the requests (n copies of each prompt are consecutive) and whether the call was a batch.
+        A higher `priority` is admitted first (the scheduler's order; equal priorities keep its usual order).
         """
         if (prompt is None) == (input_ids is None):
             raise RequestError("give exactly one of prompt and input_ids", param="prompt")
@@ -196,6 +198,8 @@ class Engine:
             raise RequestError("top_logprobs_num must be an integer in [0, 20]", param="top_logprobs_num")
         if not isinstance(logprob_start_len, int) or logprob_start_len < -1:
             raise RequestError("logprob_start_len must be an integer >= -1", param="logprob_start_len")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+            raise RequestError(f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}]", param="priority")
         lp = LogprobOptions(bool(return_logprob), logprob_start_len, top_logprobs_num)
         reqs: list[Request] = []
         call_id = rid or uuid.uuid4().hex[:16]

@@ -12,10 +12,13 @@ Policies worth knowing:
 - ``max_new_tokens == 0`` is allowed (prompt-only requests, e.g. for prompt logprobs).
 - Numbers are never clamped: out-of-range values are errors. `bool` is not accepted where a number is expected.
 - `seed` is an int in [0, 2**63); the same seed and prompt give the same output whatever else is batched.
+- SGLang's `sampling_seed` is an alias of `seed`; its `custom_params` (for custom logit processors, which sprig
+  does not run) are dropped with a debug log; `stream_interval` is a hint for servers that batch stream chunks.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import re
@@ -23,7 +26,10 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from sprig.runtime.engine.stop_regex import compile_stop_regex
 from sprig.runtime.errors import RequestError
+
+logger = logging.getLogger(__name__)
 
 CONSTRAINTS = ("json_schema", "regex", "choices", "ebnf")  # at most one per request
 
@@ -72,6 +78,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    stop_regex: list[str] = field(default_factory=list)
+    no_stop_trim: bool = False
+    stream_interval: int | None = None
     ignore_eos: bool = False
     n: int = 1
     seed: int | None = None
@@ -110,14 +119,14 @@ class SamplingParams:
             return cls()
         if not isinstance(d, dict):
             raise SamplingParamsError("sampling_params", ErrorCode.INVALID_TYPE, "sampling_params must be an object")
-        known = _FIELD_NAMES
         for key in d:
-            if key not in known:
+            if key not in _FIELD_NAMES and key not in _SGLANG_ALIASES:
                 shown = str(key)[:64]
                 raise SamplingParamsError(shown, ErrorCode.UNKNOWN_PARAMETER, f"unknown sampling parameter {shown!r}")
-        kwargs = {k: v for k, v in d.items() if v is not None}
-        if isinstance(kwargs.get("stop"), str):
-            kwargs["stop"] = [kwargs["stop"]]
+        kwargs = _resolve_aliases({k: v for k, v in d.items() if v is not None})
+        for name in ("stop", "stop_regex"):
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = [kwargs[name]]
         if "logit_bias" in kwargs:
             kwargs["logit_bias"] = _normalise_bias_keys(kwargs["logit_bias"])
         return cls(**kwargs)
@@ -127,6 +136,7 @@ class SamplingParams:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["stop"] = list(self.stop)
         out["stop_token_ids"] = list(self.stop_token_ids)
+        out["stop_regex"] = list(self.stop_regex)
         out["logit_bias"] = dict(self.logit_bias)
         return out
 
@@ -149,9 +159,14 @@ class SamplingParams:
             _fail("top_k", ErrorCode.OUT_OF_RANGE, f"top_k must be -1 or in [1, {vocab_size}]")
         self._validate_n_and_seed(max_n)
         self._validate_stop(vocab_size, max_stop_strings, max_stop_chars)
+        self._validate_stop_regex(max_stop_strings, max_stop_chars)
         self._validate_logit_bias(vocab_size)
         self._validate_constraint()
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
+        if self.stream_interval is not None:
+            _check_int(self.stream_interval, "stream_interval")
+            if self.stream_interval < 1:
+                _fail("stream_interval", ErrorCode.OUT_OF_RANGE, "stream_interval must be >= 1")
+        for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a boolean")
         return self
@@ -204,6 +219,19 @@ class SamplingParams:
                 _fail("stop", ErrorCode.TOO_LONG, f"stop strings must be at most {max_chars} characters")
         _check_token_ids(self.stop_token_ids, "stop_token_ids", vocab_size)
 
+    def _validate_stop_regex(self, max_patterns: int, max_chars: int) -> None:
+        if not isinstance(self.stop_regex, list) or not all(isinstance(s, str) for s in self.stop_regex):
+            _fail("stop_regex", ErrorCode.INVALID_TYPE, "stop_regex must be a string or a list of strings")
+        if len(self.stop_regex) > max_patterns:
+            _fail("stop_regex", ErrorCode.TOO_MANY, f"stop_regex allows at most {max_patterns} patterns")
+        for pattern in self.stop_regex:
+            if len(pattern) > max_chars:
+                _fail("stop_regex", ErrorCode.TOO_LONG, f"stop_regex patterns must be at most {max_chars} characters")
+            try:
+                compile_stop_regex(pattern)
+            except ValueError as e:
+                _fail("stop_regex", ErrorCode.INVALID_TYPE, str(e))
+
     def _validate_logit_bias(self, vocab_size: int) -> None:
         if not isinstance(self.logit_bias, dict):
             _fail("logit_bias", ErrorCode.INVALID_TYPE, "logit_bias must be an object of token id -> bias")
@@ -228,6 +256,7 @@ class SamplingParams:
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
+_SGLANG_ALIASES = frozenset({"sampling_seed", "custom_params"})  # SGLang keys with no field of their own
 _INT_KEY = re.compile(r"-?[0-9]{1,12}")  # bounded so a 10**6-digit key never reaches int()
 _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
 
@@ -260,6 +289,17 @@ def _check_token_ids(ids: object, name: str, vocab_size: int) -> None:
     for i in ids:
         if not 0 <= i < vocab_size:
             _fail(name, ErrorCode.OUT_OF_RANGE, f"{name} token ids must be in [0, {vocab_size})")
+
+
+def _resolve_aliases(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`sampling_seed` -> `seed` (both given must agree); `custom_params` dropped (no custom logit processors)."""
+    if "custom_params" in kwargs:
+        logger.debug("ignoring custom_params %.200r: sprig runs no custom logit processor", kwargs.pop("custom_params"))
+    if "sampling_seed" in kwargs:
+        seed = kwargs.pop("sampling_seed")
+        if kwargs.setdefault("seed", seed) != seed:
+            raise SamplingParamsError("sampling_seed", ErrorCode.CONFLICT, "sampling_seed and seed differ")
+    return kwargs
 
 
 def _normalise_bias_keys(bias: object) -> object:

@@ -7,12 +7,19 @@
 2. a stop string in the detokenized text, matched across token boundaries -> `stop`, matched = the string;
    the text is cut where the earliest stop string begins (on a tie, the one listed first wins), so neither it
    nor anything after it is returned;
+   a `stop_regex` pattern that matches the text counts the same way, matched = the pattern, cut where the
+   match begins (the earliest start of a string or regex match wins; a string wins a tie);
 3. `max_new_tokens` reached -> `length`.
+
+With `no_stop_trim` nothing is cut: the matched stop token's text and the text of the token that completed a
+stop string or regex (the match and what follows it in that token) stay in the output, as in SGLang.
 
 Nothing stops before `min_new_tokens` tokens exist (counting the current one); a stop string counts only if it
 ends in text produced once that minimum is reached (vLLM's rule). While streaming, the longest tail of the text
 that could still grow into a stop string is held back, so a stream never shows text that a later cut removes;
-it is released as soon as it can no longer match, or when the request finishes.
+it is released as soon as it can no longer match, or when the request finishes. A stop regex holds back the
+tail from which the text could still grow into a match (`stop_regex.partial_start`); its matches are searched
+only in text produced once `min_new_tokens` is reached. With `no_stop_trim` nothing is held back.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.stop_regex import first_match, partial_start
 
 
 class FinishType(str, Enum):
@@ -74,10 +82,13 @@ class StopChecker:
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else
                                                             frozenset(eos_token_ids))
         self.stop_strings = tuple(params.stop)
+        self.stop_regex = tuple(params.stop_regex)
+        self.trim = not params.no_stop_trim
         self.num_tokens = 0
         self.finish: FinishReason | None = None
         self._text = ""
         self._emitted = 0
+        self._regex_from = 0  # stop regex matches are searched from here (text before min_new_tokens is skipped)
 
     @property
     def text(self) -> str:
@@ -97,6 +108,8 @@ class StopChecker:
         reason = self._token_stop(token_id)
         if reason is None:
             reason = self._add_text(detok.add(token_id))
+        elif not self.trim:
+            self._text += detok.add(token_id)  # no_stop_trim: the stop token's text stays
         if reason is None and self.num_tokens >= self.params.max_new_tokens:
             reason = FinishReason(FinishType.LENGTH)
         if reason is None:
@@ -123,22 +136,36 @@ class StopChecker:
         return None
 
     def _add_text(self, delta: str) -> FinishReason | None:
-        """Append `delta`; on a stop string that ends inside it, cut the text there and return the reason."""
+        """Append `delta`; on a stop string or regex that ends inside it, cut the text there (unless
+        `no_stop_trim`) and return the reason."""
         old_len = len(self._text)
         self._text += delta
-        if not delta or not self.stop_strings or self.num_tokens < self.params.min_new_tokens:
+        if self.num_tokens < self.params.min_new_tokens:
+            self._regex_from = len(self._text)
             return None
+        if not delta:
+            return None
+        best = self._string_match(old_len)
+        if self.stop_regex:
+            found = first_match(self.stop_regex, self._text, self._regex_from)
+            if found is not None and (best is None or found.start < best[0]):
+                best = (found.start, found.pattern)
+        if best is None:
+            return None
+        if self.trim:
+            self._text = self._text[: best[0]]
+            self._emitted = min(self._emitted, len(self._text))
+        return FinishReason(FinishType.STOP, best[1])
+
+    def _string_match(self, old_len: int) -> tuple[int, str] | None:
+        """The earliest stop string that ends in the text after `old_len`, as (start, string)."""
         best: tuple[int, str] | None = None
         for stop in self.stop_strings:
             # only matches that end inside the new text: older ones were checked (or were before min_new_tokens)
             start = self._text.find(stop, max(0, old_len - len(stop) + 1))
             if start >= 0 and (best is None or start < best[0]):
                 best = (start, stop)
-        if best is None:
-            return None
-        self._text = self._text[: best[0]]
-        self._emitted = min(self._emitted, len(self._text))
-        return FinishReason(FinishType.STOP, best[1])
+        return best
 
     def _release(self, final: bool) -> str:
         """The text that may be streamed now; all of it when `final`, else all but a possible stop prefix."""
@@ -148,9 +175,14 @@ class StopChecker:
         return out
 
     def _holdback(self) -> int:
-        """Length of the longest unreleased suffix of the text that is a proper prefix of some stop string."""
-        best = 0
+        """Length of the longest unreleased suffix of the text that is a proper prefix of some stop string or
+        could still grow into a stop regex match; 0 with `no_stop_trim` (nothing would be cut)."""
+        if not self.trim:
+            return 0
         text = self._text
+        best = 0
+        if self.stop_regex:
+            best = len(text) - partial_start(self.stop_regex, text, max(self._emitted, self._regex_from))
         for stop in self.stop_strings:
             lo = max(self._emitted, len(text) - len(stop) + 1)  # a longer suffix cannot be a proper prefix
             i = text.find(stop[0], lo)

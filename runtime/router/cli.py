@@ -28,15 +28,15 @@ from sprig.runtime.router.policy import Policy, PolicyConfig
 from sprig.runtime.router.proxy import RouterSettings, create_router_app
 from sprig.runtime.router.workers import HealthSettings
 
-DP_SKIP = {"dp_size", "host", "port", "func", "command", "log_level"}
+DP_SKIP = {"dp_size", "host", "port", "func", "command", "log_level", "debug"}
 
 
 def add_router_args(p: argparse.ArgumentParser, with_host: bool = True) -> None:
     """Policy and health flags shared by `sprig router` and `sprig serve --dp-size`."""
     d, h = PolicyConfig(), HealthSettings()
     if with_host:
-        p.add_argument("--host", default="127.0.0.1")
-        p.add_argument("--port", type=int, default=30000)
+        p.add_argument("--host", default="127.0.0.1", help="address the router listens on")
+        p.add_argument("--port", type=int, default=30000, help="port the router listens on")
     p.add_argument("--policy", default=d.policy.value, choices=[x.value for x in Policy],
                    help="cache_aware: the replica most likely holding the prompt's prefix (default)")
     p.add_argument("--cache-threshold", type=float, default=d.cache_threshold,

@@ -84,7 +84,7 @@ class WorkerPool:
         worker = self.workers[index]
         worker.failed_checks = 0
         if worker.status is not WorkerStatus.HEALTHY:
-            logger.warning("worker %s is healthy", worker.url)
+            logger.info("worker %s is healthy", worker.url)
             worker.status = WorkerStatus.HEALTHY
             worker.since = time.monotonic()
 

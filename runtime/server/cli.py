@@ -54,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="/health reports 503 when the engine makes no progress this long with work pending")
     p.add_argument("--timeout-keep-alive", type=int, default=5, help="idle keep-alive connection timeout (s)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="/generate stream chunks carry only the new text, ids and logprobs (SGLang's option)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -72,7 +74,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
                           max_request_bytes=args.max_request_bytes, max_queued_requests=args.max_queued_requests,
                           max_sequences_per_request=args.max_sequences_per_request,
                           request_timeout=args.request_timeout or None, shutdown_timeout=args.shutdown_timeout,
-                          watchdog_timeout=args.watchdog_timeout)
+                          watchdog_timeout=args.watchdog_timeout,
+                          incremental_streaming_output=args.incremental_streaming_output)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -143,7 +146,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server: _Server | None = None
 
     def on_ready(state: ServerState) -> None:
-        print(f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)", file=sys.stderr, flush=True)
+        from sprig.runtime.engine.summary import engine_facts, format_block
+
+        facts = [*engine_facts(state.ready_engine().core), ("data parallel", str(getattr(args, "dp_size", 1) or 1))]
+        title = f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)"  # first: the router reads it
+        print(format_block(title, facts), file=sys.stderr, flush=True)
 
     def on_failed(message: str) -> None:
         print(f"sprig: error: the model failed to load: {message}", file=sys.stderr, flush=True)

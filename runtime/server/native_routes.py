@@ -1,11 +1,13 @@
-"""Native routes compatible with SGLang's frontend protocol: /generate, /get_model_info, /server_info,
-/flush_cache.
+"""Native routes compatible with SGLang's frontend protocol: /generate, /model_info (and its old name
+/get_model_info), /server_info, /flush_cache (GET or POST).
 
 `/generate` takes `text` or `input_ids` (one or a batch), `sampling_params` as in `Engine.generate` (one dict or
 one per prompt; ``null`` values mean the default, as in SGLang), `return_logprob`, `logprob_start_len`,
-`top_logprobs_num`, `return_text_in_logprobs`, `stream` and a sprig `timeout`. It answers the result
+`top_logprobs_num`, `return_text_in_logprobs`, `stream`, `priority` and a sprig `timeout`. It answers the result
 dict (a list for a batch or n > 1) with logprobs as ``[logprob, token_id, text]`` triples (text null unless
-`return_text_in_logprobs`). Streams send cumulative results as SSE ``data:`` lines, then ``data: [DONE]``.
+`return_text_in_logprobs`). Streams send cumulative results as SSE ``data:`` lines (only what is new with
+``--incremental-streaming-output``; at most one per `stream_interval` tokens: `native_stream.ChunkCutter`), then
+``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sprig.runtime.server.auth import forbidden
 from sprig.runtime.server.http_body import read_model
 from sprig.runtime.server.http_common import body_spec, get_state, json_response, state_texts, tenant_of
 from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request
+from sprig.runtime.server.native_stream import ChunkCutter, stream_intervals
 from sprig.runtime.server.openai_convert import EngineCall, TokenTexts, check_timeout
 from sprig.runtime.server.openai_protocol import StrictModel
 from sprig.runtime.server.run import (
@@ -65,6 +68,7 @@ class GenerateRequest(StrictModel):
     stream: bool | None = False
     rid: str | None = Field(None, max_length=128)
     timeout: float | None = None
+    priority: int | None = None  # higher is scheduled first (SGLang's field)
 
 
 def _is_batch(req: GenerateRequest) -> bool:
@@ -89,12 +93,15 @@ def _n_of(params: dict[str, Any], max_n: int) -> int:
     return n
 
 
+def _prompt_count(req: GenerateRequest) -> int:
+    if _is_batch(req):
+        return len(req.text if req.text is not None else req.input_ids)  # type: ignore[arg-type]
+    return 1
+
+
 def count_sequences(req: GenerateRequest, params: Any, max_n: int, limit: int) -> int:
     """Prompts x n, bounded before anything is tokenized."""
-    if _is_batch(req):
-        prompts = len(req.text if req.text is not None else req.input_ids)  # type: ignore[arg-type]
-    else:
-        prompts = 1
+    prompts = _prompt_count(req)
     if isinstance(params, list):
         if len(params) != prompts:
             raise bad_request("sampling_params must be one object or one per prompt", "sampling_params")
@@ -115,6 +122,8 @@ def engine_call(req: GenerateRequest, params: Any, sequences: int) -> EngineCall
         kwargs["prompt"] = req.text
     if req.input_ids is not None:
         kwargs["input_ids"] = req.input_ids
+    if req.priority is not None:
+        kwargs["priority"] = req.priority
     return EngineCall(kwargs, sequences, check_timeout(req.timeout), NATIVE_PARAMS)
 
 
@@ -134,16 +143,18 @@ def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str,
     return {**result, "meta_info": meta}
 
 
-async def native_sse(state: ServerState, run: GenerationRun,
-                     texts: TokenTexts | None) -> AsyncGenerator[bytes, None]:
-    """Cumulative results as SSE; an SSE error event on failure; always [DONE] unless the client left."""
+async def native_sse(state: ServerState, run: GenerationRun, texts: TokenTexts | None,
+                     cutter: ChunkCutter) -> AsyncGenerator[bytes, None]:
+    """Results as SSE chunks cut by `cutter`; an SSE error event on failure; always [DONE] unless the client left."""
     try:
         async for event in run.events():
             failure = engine_failure([event])
             if failure is not None:
                 yield stream_error(state, failure)
                 break
-            yield sse(native_result(event, texts))
+            chunk = cutter.cut(native_result(event, texts))
+            if chunk is not None:
+                yield sse(chunk)
     except RunStopped as stop:
         if stop.cause is StopCause.DISCONNECTED:
             return
@@ -154,7 +165,8 @@ async def native_sse(state: ServerState, run: GenerationRun,
             for i, r in enumerate(run.results(aborted=True)):
                 if i in run.recorded or i not in run.latest:
                     continue
-                yield sse(native_result({**r, "index": i} if multi else r, texts))
+                chunk = cutter.cut(native_result({**r, "index": i} if multi else r, texts), force=True)
+                yield sse(chunk)
     except Exception:  # noqa: BLE001 - end this stream cleanly
         logger.exception("native streaming failed")
         yield stream_error(state, APIError(500, "internal error while streaming", ErrorType.SERVER, None,
@@ -180,20 +192,24 @@ def native_router() -> APIRouter:
         run = await GenerationRun.start(state, ticket, call)
         texts = state_texts(state) if req.return_text_in_logprobs else None
         if req.stream:
-            return EventStream(run, lambda: native_sse(state, run, texts))
+            cutter = ChunkCutter(stream_intervals(params, _prompt_count(req)),
+                                 state.settings.incremental_streaming_output)
+            return EventStream(run, lambda: native_sse(state, run, texts, cutter))
         run.watch_disconnect(request.receive)
         results = [native_result(r, texts) for r in await run_to_end(run)]
         many = _is_batch(req) or len(results) > 1
         return json_response(results if many else results[0])
 
+    @router.get("/model_info", response_model=None)
+    async def model_info(request: Request) -> Response:
+        """Model path and shape; `tokenizer_path` is a folder `AutoTokenizer.from_pretrained` loads (what
+        SGLang's RuntimeEndpoint and bench_serving read at start)."""
+        return json_response(_model_info(get_state(request)))
+
     @router.get("/get_model_info", response_model=None)
     async def get_model_info(request: Request) -> Response:
-        """Model path and shape (what SGLang's RuntimeEndpoint reads at start)."""
-        state = get_state(request)
-        core = state.ready_engine().core
-        return json_response({"model_path": core.model_path, "tokenizer_path": core.model_path,
-                              "is_generation": True, "served_model_name": state.model_name,
-                              "context_length": core.context_length, "vocab_size": core.vocab_size})
+        """SGLang's deprecated name of /model_info."""
+        return json_response(_model_info(get_state(request)))
 
     @router.get("/server_info", response_model=None)
     async def server_info(request: Request) -> Response:
@@ -204,7 +220,7 @@ def native_router() -> APIRouter:
     async def get_server_info(request: Request) -> Response:
         return json_response(await _server_info(get_state(request)))
 
-    @router.post("/flush_cache", response_model=None)
+    @router.api_route("/flush_cache", methods=["GET", "POST"], response_model=None)
     async def flush_cache(request: Request) -> Response:
         """Empty the prefix cache (admin keys only); 400 while requests are running."""
         state = get_state(request)
@@ -216,6 +232,13 @@ def native_router() -> APIRouter:
         return json_response({"success": True, "message": "cache flushed"})
 
     return router
+
+
+def _model_info(state: ServerState) -> dict[str, Any]:
+    core = state.ready_engine().core
+    return {"model_path": core.model_path, "tokenizer_path": core.model_path, "is_generation": True,
+            "served_model_name": state.model_name, "context_length": core.context_length,
+            "vocab_size": core.vocab_size}
 
 
 async def _server_info(state: ServerState) -> dict[str, Any]:

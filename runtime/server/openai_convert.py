@@ -189,10 +189,16 @@ def completion_plan(req: CompletionRequest, engine: Engine, max_sequences: int) 
     lp = req.logprobs
     kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": lp is not None,
               "top_logprobs_num": lp or 0, "logprob_start_len": 0 if (req.echo and lp is not None) else -1}
+    _add_priority(kwargs, req)
     call = EngineCall(kwargs, len(ids) * n, check_timeout(req.timeout), {**COMPLETION_PARAMS, **constraint.rename})
     opts = req.stream_options
     return OpenAIPlan(call, n, [len(x) for x in ids], bool(req.stream),
                       bool(req.stream and opts and opts.include_usage), texts, bool(req.echo), lp)
+
+
+def _add_priority(kwargs: dict[str, Any], req: SamplingFields) -> None:
+    if req.priority is not None:
+        kwargs["priority"] = req.priority
 
 
 def _safe_decode(tok: Any, ids: list[int]) -> str:
@@ -241,6 +247,7 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, max_sequences: int) ->
     rename = {**CHAT_PARAMS, **constraint.rename}
     if extra is not None:  # why: grammar errors name json_schema; the client sent response_format or tools
         rename["json_schema"] = "response_format.json_schema.schema" if fmt_schema is not None else "tools"
+    _add_priority(kwargs, req)
     call = EngineCall(kwargs, n, check_timeout(req.timeout), rename)
     opts = req.stream_options
     return OpenAIPlan(call, n, [len(ids)], bool(req.stream), bool(req.stream and opts and opts.include_usage),

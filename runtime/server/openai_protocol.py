@@ -63,6 +63,7 @@ class SamplingFields(StrictModel):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = True
     timeout: float | None = Field(None, description="seconds before the request is aborted (sprig extension)")
+    priority: int | None = Field(None, description="higher is scheduled first (SGLang extension)")
 
 
 class CompletionRequest(SamplingFields):

@@ -32,6 +32,7 @@ class ServerSettings:
     request_timeout: float | None = None
     shutdown_timeout: float = 30.0
     watchdog_timeout: float = 60.0
+    incremental_streaming_output: bool = False  # /generate streams send only what is new (SGLang's option)
 
 
 class StopCause(Enum):
@@ -158,8 +159,8 @@ class ServerState:
         if self.draining:
             return
         self.draining = True
-        logger.warning("draining: %d sequences in flight, shutdown timeout %.1fs", self.inflight_sequences,
-                       self.settings.shutdown_timeout)
+        logger.info("draining: %d sequences in flight, shutdown timeout %.1fs", self.inflight_sequences,
+                    self.settings.shutdown_timeout)
         loop.call_later(self.settings.shutdown_timeout, self.abort_all_runs)
 
     def abort_all_runs(self) -> None:

@@ -1,0 +1,52 @@
+"""A first run that says what is happening: the start-up block of `sprig serve`, and log levels that match events
+(a clean shutdown and a replica coming back are INFO, not WARNING)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from test_server_helpers import ServerProcess, tiny_model
+
+from sprig.runtime.router.policy import PolicyConfig, Selector
+from sprig.runtime.router.workers import HealthSettings, WorkerPool
+
+LABELS = ("model", "dtype", "device", "attention backend", "threads", "KV pool", "radix cache", "grammar backend",
+          "tensor parallel", "data parallel")
+
+
+def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
+    server = ServerProcess("--log-level", "info", "--disable-radix-cache")  # a global flag after the command
+    try:
+        out = server.output()
+    finally:
+        status = server.stop()
+    lines = out.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("sprig: serving "))
+    assert f"at {server.url} (OpenAI API: {server.url}/v1)" in lines[title]
+    block = {k: v.strip() for k, v in (line.strip().split(": ", 1) for line in lines[title + 1:title + 1 + len(LABELS)])}
+    assert tuple(block) == LABELS
+    assert block["model"].startswith(f"{tiny_model()} (LlamaForCausalLM, ")
+    assert block["dtype"].startswith("float32 (--dtype float32)")
+    assert re.fullmatch(r"(cpu|torch) \(.+\)", block["attention backend"])
+    assert block["threads"] == "1 (--num-threads)"
+    assert re.fullmatch(r"8192 tokens, \d+\.\d\d GiB, page size 16", block["KV pool"])
+    assert block["radix cache"].startswith("off")
+    assert (block["tensor parallel"], block["data parallel"]) == ("1", "1")
+    final = server.output()
+    assert status == 0
+    assert "INFO sprig.runtime.server.state: draining" in final  # --log-level info after `serve` took effect
+    assert " WARNING " not in final, final
+
+
+def test_a_replica_coming_back_is_info_and_going_down_a_warning(caplog: pytest.LogCaptureFixture):
+    pool = WorkerPool(["http://a"], Selector(PolicyConfig(), 1), HealthSettings())
+    with caplog.at_level(logging.INFO, logger="sprig.runtime.router.workers"):
+        pool.mark_up(0)
+        pool.mark_down(0, "connection refused")
+        pool.mark_up(0)
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert levels == [(logging.INFO, "worker http://a is healthy"),
+                      (logging.WARNING, "worker http://a is unhealthy: connection refused"),
+                      (logging.INFO, "worker http://a is healthy")]
