@@ -2,11 +2,16 @@
 import json
 from pathlib import Path
 
+import jsonschema
+
 C = []
 
 
-def add(name, schema, valid, invalid):
-    C.append({"name": name, "schema": schema, "valid": valid, "invalid": invalid})
+def add(name, schema, valid, invalid, known_issue=None):
+    entry = {"name": name, "schema": schema, "valid": valid, "invalid": invalid}
+    if known_issue:
+        entry["known_issue"] = known_issue  # the test reports it and skips it (a sprig bug, see README)
+    C.append(entry)
 
 
 add("tool: get_weather", {"type": "object", "properties": {
@@ -132,6 +137,454 @@ add("esri-like layer (vendor keywords, links)", {"type": "object", "esriDocument
     "geometryType": {"enum": ["esriGeometryPoint", "esriGeometryPolygon"]}, "name": {"type": "string", "version": "2"}},
     "required": ["id", "geometryType"]},
     [{"id": 0, "geometryType": "esriGeometryPoint"}], [{"id": -1, "geometryType": "esriGeometryPoint"}, {"id": 1}])
+
+
+# ---- helpers for the families below ----------------------------------------------------------------------
+def S(**kw):
+    return {"type": "string", **kw}
+
+
+def I(**kw):  # noqa: E743
+    return {"type": "integer", **kw}
+
+
+def N(**kw):
+    return {"type": "number", **kw}
+
+
+def B(**kw):
+    return {"type": "boolean", **kw}
+
+
+def E(*values, **kw):
+    return {"enum": list(values), **kw}
+
+
+def A(items, **kw):
+    return {"type": "array", "items": items, **kw}
+
+
+def O(props, required=(), extra=None, **kw):  # noqa: E741, E743
+    schema = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = list(required)
+    if extra is not None:
+        schema["additionalProperties"] = extra
+    schema.update(kw)
+    return schema
+
+
+WRONG = {"string": 12345, "integer": "12", "number": "1.5", "boolean": "true", "array": {"0": 1}, "object": ["x"],
+         "null": 0}
+
+
+def _mutants(schema, value):
+    """Invalid neighbours of a valid object: a required key dropped, an unknown key, a value of a wrong type."""
+    if not isinstance(value, dict) or not isinstance(schema, dict):
+        return
+    for key in schema.get("required", [])[:2]:
+        if key in value:
+            yield {k: v for k, v in value.items() if k != key}
+    if schema.get("additionalProperties") is False:
+        yield {**value, "unexpected_field": True}
+    for key, sub in schema.get("properties", {}).items():
+        t = sub.get("type") if isinstance(sub, dict) else None
+        if isinstance(t, str) and key in value:
+            yield {**value, key: WRONG[t]}
+
+
+def auto(name, schema, valid, invalid, want=3):
+    """`add` with the invalid list topped up to `want` by mutations of the first valid instance that
+    jsonschema rejects even without format assertion (so they are invalid under the test's checker too)."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    invalid = list(invalid)
+    for m in _mutants(schema, valid[0]):
+        if len(invalid) >= want:
+            break
+        if m not in invalid and not validator.is_valid(m):
+            invalid.append(m)
+    add(name, schema, valid, invalid)
+
+
+# ---- function-calling / tool parameters (OpenAI- and Anthropic-style) -------------------------------------
+def tool(name, props, required, valid, invalid, strict=True, **kw):
+    schema = O(props, required, False if strict else None, **kw)
+    auto(f"tool: {name}", schema, valid, invalid)
+
+
+tool("send_email", {"to": A(S(format="email"), minItems=1, maxItems=10), "subject": S(maxLength=120),
+                    "body": S(), "cc": A(S(format="email")), "priority": E("low", "normal", "high")},
+     ["to", "subject", "body"],
+     [{"to": ["ann@example.com"], "subject": "Hi", "body": "Hello"},
+      {"to": ["a@example.org", "b@example.org"], "subject": "Report", "body": "Attached.", "priority": "high",
+       "cc": []}],
+     [{"to": [], "subject": "x", "body": "y"}, {"to": ["not-an-address"], "subject": "x", "body": "y"}])
+tool("create_calendar_event", {"title": S(minLength=1), "start": S(format="date-time"), "end": S(format="date-time"),
+                               "attendees": A(O({"email": S(format="email"), "optional": B()}, ["email"], False)),
+                               "reminder_minutes": I(minimum=0, maximum=10080)},
+     ["title", "start"],
+     [{"title": "Standup", "start": "2024-03-01T09:00:00Z"},
+      {"title": "Review", "start": "2024-03-01T09:00:00+01:00", "end": "2024-03-01T10:00:00+01:00",
+       "attendees": [{"email": "bo@example.com", "optional": True}], "reminder_minutes": 15}],
+     [{"title": "x", "start": "tomorrow 9am"}, {"title": "x", "start": "2024-03-01T09:00:00Z", "reminder_minutes": -5}])
+tool("get_stock_price", {"ticker": S(pattern="^[A-Z]{1,5}$"), "exchange": E("NYSE", "NASDAQ", "LSE", "TSE")},
+     ["ticker"], [{"ticker": "AAPL"}, {"ticker": "T", "exchange": "NYSE"}],
+     [{"ticker": "aapl"}, {"ticker": "TOOLONG"}, {"ticker": "MSFT", "exchange": "FOO"}])
+tool("convert_currency", {"amount": N(exclusiveMinimum=0), "from": S(pattern="^[A-Z]{3}$"), "to": S(pattern="^[A-Z]{3}$")},
+     ["amount", "from", "to"], [{"amount": 12.5, "from": "USD", "to": "EUR"}, {"amount": 1, "from": "JPY", "to": "GBP"}],
+     [{"amount": 0, "from": "USD", "to": "EUR"}, {"amount": 3, "from": "US", "to": "EUR"}])
+tool("run_sql_query", {"query": S(minLength=1, maxLength=2000), "database": E("analytics", "billing", "users"),
+                       "limit": I(minimum=1, maximum=1000, default=100), "read_only": B(const=True)},
+     ["query", "database"], [{"query": "SELECT 1", "database": "analytics"},
+                             {"query": "SELECT * FROM t", "database": "users", "limit": 10, "read_only": True}],
+     [{"query": "SELECT 1", "database": "analytics", "read_only": False},
+      {"query": "SELECT 1", "database": "analytics", "limit": 5000}])
+tool("book_flight", {"origin": S(pattern="^[A-Z]{3}$"), "destination": S(pattern="^[A-Z]{3}$"),
+                     "date": S(format="date"), "passengers": I(minimum=1, maximum=9),
+                     "cabin": E("economy", "premium_economy", "business", "first")},
+     ["origin", "destination", "date"],
+     [{"origin": "SFO", "destination": "JFK", "date": "2024-07-04"},
+      {"origin": "LHR", "destination": "CDG", "date": "2024-02-29", "passengers": 2, "cabin": "business"}],
+     [{"origin": "SFO", "destination": "JFK", "date": "2023-02-29"},
+      {"origin": "SFO", "destination": "JFK", "date": "2024-07-04", "passengers": 0}])
+tool("search_products", {"query": S(), "category": E("books", "electronics", "garden", "toys", None),
+                         "price_range": O({"min": N(minimum=0), "max": N(minimum=0)}, extra=False),
+                         "sort": E("relevance", "price_asc", "price_desc", "rating"), "in_stock": B()},
+     ["query"], [{"query": "usb cable"}, {"query": "lamp", "category": None, "price_range": {"min": 5, "max": 49.99},
+                                          "sort": "rating", "in_stock": True}],
+     [{"query": "x", "price_range": {"min": -1}}, {"query": "x", "price_range": {"currency": "EUR"}}])
+tool("set_thermostat", {"temperature": N(minimum=5, maximum=35), "mode": E("heat", "cool", "auto", "off"),
+                        "room": S()}, ["temperature"],
+     [{"temperature": 21.5}, {"temperature": 18, "mode": "heat", "room": "bedroom"}],
+     [{"temperature": 40}, {"temperature": 20, "mode": "dry"}])
+tool("translate_text", {"text": S(minLength=1), "source_lang": S(pattern="^[a-z]{2}(-[A-Z]{2})?$"),
+                        "target_lang": S(pattern="^[a-z]{2}(-[A-Z]{2})?$"), "formality": E("default", "more", "less")},
+     ["text", "target_lang"], [{"text": "Hallo", "target_lang": "en"},
+                               {"text": "Bonjour", "source_lang": "fr", "target_lang": "pt-BR", "formality": "less"}],
+     [{"text": "Hi", "target_lang": "english"}, {"text": "", "target_lang": "de"}])
+tool("create_github_issue", {"owner": S(), "repo": S(), "title": S(minLength=1, maxLength=256), "body": S(),
+                             "labels": A(S(), maxItems=10), "assignees": A(S(pattern="^[A-Za-z0-9-]+$"))},
+     ["owner", "repo", "title"], [{"owner": "octo", "repo": "hello", "title": "Crash on start"},
+                                  {"owner": "o", "repo": "r", "title": "t", "labels": ["bug"], "assignees": ["mona-l"]}],
+     [{"owner": "o", "repo": "r", "title": "t", "assignees": ["bad name"]}, {"owner": "o", "repo": "r", "title": ""}])
+tool("resize_image", {"url": S(format="uri"), "width": I(minimum=1, maximum=8192), "height": I(minimum=1, maximum=8192),
+                      "fit": E("cover", "contain", "fill"), "format": E("png", "jpeg", "webp")},
+     ["url", "width"], [{"url": "https://cdn.example.com/a.png", "width": 640},
+                        {"url": "s3://bucket/key.jpg", "width": 100, "height": 100, "fit": "cover", "format": "webp"}],
+     [{"url": "https://x.io/a.png", "width": 0}, {"url": "https://x.io/a.png", "width": 10, "format": "gif"}])
+tool("schedule_reminder", {"message": S(maxLength=280), "at": S(format="date-time"),
+                           "repeat": E("never", "daily", "weekly", "monthly"), "channel": E("push", "sms", "email")},
+     ["message", "at"], [{"message": "Call mom", "at": "2024-05-12T18:00:00Z"},
+                         {"message": "Pay rent", "at": "2024-06-01T08:00:00-05:00", "repeat": "monthly", "channel": "sms"}],
+     [{"message": "x", "at": "2024-05-12 18:00"}, {"message": "x", "at": "2024-05-12T18:00:00Z", "repeat": "yearly"}])
+tool("execute_python", {"code": S(minLength=1), "timeout_s": N(minimum=0.1, maximum=60),
+                        "packages": A(S(pattern="^[A-Za-z0-9_.-]+(==[0-9.]+)?$"), maxItems=5)},
+     ["code"], [{"code": "print(1)"}, {"code": "import numpy", "timeout_s": 2.5, "packages": ["numpy==1.26.4"]}],
+     [{"code": "x", "timeout_s": 0}, {"code": "x", "packages": ["numpy>=1"]}])
+tool("lookup_order", {"order_id": S(pattern="^ORD-[0-9]{8}$"), "include_items": B()}, ["order_id"],
+     [{"order_id": "ORD-00012345"}, {"order_id": "ORD-99999999", "include_items": False}],
+     [{"order_id": "ORD-123"}, {"order_id": "ord-00012345"}])
+tool("update_crm_contact", {"contact_id": I(minimum=1), "fields": O({"first_name": S(), "last_name": S(),
+                                                                    "phone": S(pattern="^\\+[1-9][0-9]{6,14}$"),
+                                                                    "lifecycle": E("lead", "customer", "churned")},
+                                                                   extra=False, minProperties=1)},
+     ["contact_id", "fields"], [{"contact_id": 42, "fields": {"phone": "+14155550100"}},
+                                {"contact_id": 7, "fields": {"first_name": "Ada", "lifecycle": "customer"}}],
+     [{"contact_id": 42, "fields": {}}, {"contact_id": 42, "fields": {"phone": "555-0100"}}])
+tool("get_directions", {"origin": S(), "destination": S(), "mode": E("driving", "walking", "bicycling", "transit"),
+                        "waypoints": A(S(), maxItems=8), "avoid": A(E("tolls", "highways", "ferries"), uniqueItems=True)},
+     ["origin", "destination"],
+     [{"origin": "Berlin", "destination": "Hamburg"},
+      {"origin": "A", "destination": "B", "mode": "driving", "avoid": ["tolls", "ferries"], "waypoints": ["C"]}],
+     [{"origin": "A", "destination": "B", "avoid": ["tolls", "tolls"]}, {"origin": "A", "destination": "B", "mode": "fly"}])
+tool("play_music", {"query": S(), "shuffle": B(), "volume": I(minimum=0, maximum=100),
+                    "device": E("speaker", "phone", "tv")}, ["query"],
+     [{"query": "jazz"}, {"query": "Bach", "shuffle": True, "volume": 30, "device": "speaker"}],
+     [{"query": "x", "volume": 101}, {"query": "x", "volume": 55.5}])
+tool("file_expense", {"amount_cents": I(minimum=1), "currency": E("USD", "EUR", "GBP", "JPY"),
+                      "category": E("travel", "meals", "software", "office"), "date": S(format="date"),
+                      "receipt_url": S(format="uri"), "note": S(maxLength=500)},
+     ["amount_cents", "currency", "category", "date"],
+     [{"amount_cents": 1250, "currency": "EUR", "category": "meals", "date": "2024-01-15"},
+      {"amount_cents": 99, "currency": "USD", "category": "software", "date": "2024-12-31",
+       "receipt_url": "https://r.example.com/1", "note": "IDE license"}],
+     [{"amount_cents": 0, "currency": "EUR", "category": "meals", "date": "2024-01-15"},
+      {"amount_cents": 5, "currency": "CHF", "category": "meals", "date": "2024-01-15"}])
+tool("web_search", {"query": S(minLength=1, maxLength=400), "num_results": I(minimum=1, maximum=20),
+                    "site": S(format="hostname"), "recency_days": I(minimum=1)}, ["query"],
+     [{"query": "json schema"}, {"query": "llm", "num_results": 5, "site": "arxiv.org", "recency_days": 30}],
+     [{"query": "x", "site": "not a host"}, {"query": "x", "num_results": 50}])
+tool("create_ticket (Anthropic input_schema)", {"summary": S(maxLength=100), "severity": E("sev1", "sev2", "sev3", "sev4"),
+                                                "components": A(S(), minItems=1), "customer_visible": B()},
+     ["summary", "severity"], [{"summary": "Login fails", "severity": "sev2"},
+                               {"summary": "Slow", "severity": "sev4", "components": ["api"], "customer_visible": False}],
+     [{"summary": "x", "severity": "sev5"}, {"summary": "x", "severity": "sev1", "components": []}], strict=False)
+tool("geocode", {"address": S(minLength=3), "country": S(pattern="^[A-Z]{2}$"), "limit": I(minimum=1, maximum=10)},
+     ["address"], [{"address": "10 Downing St, London"}, {"address": "Rue de Rivoli", "country": "FR", "limit": 3}],
+     [{"address": "ab"}, {"address": "Main St", "country": "usa"}])
+tool("send_slack_message", {"channel": S(pattern="^[#@]?[a-z0-9_-]+$"), "text": S(maxLength=4000),
+                            "thread_ts": S(pattern="^[0-9]+\\.[0-9]+$"), "unfurl_links": B()},
+     ["channel", "text"], [{"channel": "#general", "text": "deploy done"},
+                           {"channel": "ops", "text": "ack", "thread_ts": "1712345678.000100", "unfurl_links": False}],
+     [{"channel": "#General", "text": "x"}, {"channel": "#x", "text": "y", "thread_ts": "abc"}])
+tool("kubectl_scale", {"namespace": S(pattern="^[a-z0-9-]+$"), "deployment": S(), "replicas": I(minimum=0, maximum=100)},
+     ["deployment", "replicas"], [{"deployment": "web", "replicas": 3}, {"namespace": "prod", "deployment": "api", "replicas": 0}],
+     [{"deployment": "web", "replicas": -1}, {"deployment": "web", "replicas": 2, "namespace": "Prod"}])
+tool("summarize_document", {"document_id": S(format="uuid"), "max_words": I(minimum=10, maximum=1000),
+                            "style": E("bullets", "paragraph", "tldr"), "language": S()},
+     ["document_id"], [{"document_id": "3fa85f64-5717-4562-b3fc-2c963f66afa6"},
+                       {"document_id": "00000000-0000-0000-0000-000000000000", "max_words": 100, "style": "tldr"}],
+     [{"document_id": "3fa85f64-5717-4562-b3fc"}, {"document_id": "3fa85f64-5717-4562-b3fc-2c963f66afa6", "max_words": 5}])
+tool("ping_host", {"host": {"anyOf": [S(format="ipv4"), S(format="ipv6"), S(format="hostname")]},
+                   "count": I(minimum=1, maximum=10), "timeout_ms": I(minimum=100, multipleOf=100)},
+     ["host"], [{"host": "192.168.1.1"}, {"host": "::1", "count": 3}, {"host": "example.com", "timeout_ms": 500}],
+     [{"host": "bad_host!"}, {"host": "a.b", "timeout_ms": 250}])
+tool("add_todo", {"title": S(minLength=1), "due": S(format="date"), "priority": I(minimum=1, maximum=4),
+                  "tags": A(S(pattern="^[a-z]+$"), maxItems=5)}, ["title"],
+     [{"title": "buy milk"}, {"title": "taxes", "due": "2025-04-15", "priority": 1, "tags": ["home", "money"]}],
+     [{"title": "x", "priority": 5}, {"title": "x", "tags": ["Home"]}])
+tool("query_metrics", {"metric": S(pattern="^[a-z_:]+$"), "start": S(format="date-time"), "end": S(format="date-time"),
+                       "step_s": I(minimum=1, maximum=86400), "aggregation": E("avg", "sum", "max", "min", "p95")},
+     ["metric", "start", "end"],
+     [{"metric": "http_requests_total", "start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z"},
+      {"metric": "cpu:usage", "start": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z", "step_s": 60,
+       "aggregation": "p95"}],
+     [{"metric": "CPU", "start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z"},
+      {"metric": "m", "start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z", "step_s": 0}])
+tool("order_pizza", {"size": E("small", "medium", "large"), "toppings": A(E("cheese", "ham", "mushroom", "olive", "pepper",
+                                                                             "onion", "pineapple"), maxItems=5, uniqueItems=True),
+                     "quantity": I(minimum=1, maximum=20), "address": S()},
+     ["size", "address"], [{"size": "large", "address": "1 Elm St"},
+                           {"size": "small", "toppings": ["ham", "pineapple"], "quantity": 2, "address": "x"}],
+     [{"size": "large", "address": "a", "toppings": ["ham", "ham"]}, {"size": "huge", "address": "a"}])
+tool("rate_limit_rule", {"path": S(pattern="^/"), "requests": I(minimum=1), "per": E("second", "minute", "hour"),
+                         "burst": I(minimum=0, maximum=1000)}, ["path", "requests", "per"],
+     [{"path": "/api", "requests": 100, "per": "minute"}, {"path": "/login", "requests": 5, "per": "second", "burst": 10}],
+     [{"path": "api", "requests": 1, "per": "minute"}, {"path": "/a", "requests": 1, "per": "day"}])
+
+
+# A family: the same CRUD tools over several resources, as API gateways generate them.
+RESOURCES = {"customer": {"name": S(minLength=1), "email": S(format="email"), "vip": B()},
+             "invoice": {"customer_id": I(minimum=1), "total_cents": I(minimum=0), "status": E("draft", "open", "paid")},
+             "project": {"title": S(maxLength=80), "budget": N(minimum=0), "archived": B()},
+             "employee": {"full_name": S(), "department": E("eng", "sales", "ops"), "level": I(minimum=1, maximum=10)},
+             "warehouse": {"code": S(pattern="^WH[0-9]{3}$"), "capacity": I(minimum=0), "city": S()}}
+SAMPLES = {"customer": ({"name": "Ada", "email": "ada@example.com"}, {"name": ""}),
+           "invoice": ({"customer_id": 3, "total_cents": 1000, "status": "open"}, {"status": "void"}),
+           "project": ({"title": "Apollo", "budget": 2500.5}, {"budget": -1}),
+           "employee": ({"full_name": "Bo", "department": "ops", "level": 3}, {"level": 11}),
+           "warehouse": ({"code": "WH007", "capacity": 500, "city": "Lyon"}, {"code": "W7"})}
+for res, props in RESOURCES.items():
+    good, bad = SAMPLES[res]
+    first = next(iter(props))
+    tool(f"create_{res}", props, list(good)[:2], [good, {k: good[k] for k in list(good)[:2]}],
+         [{**good, **bad}])
+    tool(f"update_{res}", {"id": I(minimum=1), "patch": O(props, extra=False, minProperties=1)}, ["id", "patch"],
+         [{"id": 1, "patch": {first: good[first]}}, {"id": 9, "patch": good}],
+         [{"id": 1, "patch": {}}, {"id": 1, "patch": bad}, {"id": 0, "patch": good}])
+    tool(f"list_{res}s", {"page": I(minimum=1), "per_page": I(minimum=1, maximum=100),
+                          "order": E("asc", "desc"), "filter": O(props, extra=False)}, [],
+         [{}, {"page": 2, "per_page": 50, "order": "desc", "filter": {first: good[first]}}],
+         [{"per_page": 500}, {"filter": bad}, {"order": "up"}])
+
+
+# ---- OpenAPI components: Petstore-, GitHub- and Stripe-like ------------------------------------------------
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+auto("openapi: Category (draft-4 id, x-*)", {"$schema": D4, "id": "http://example.com/category.json",
+                                            "type": "object", "x-swagger-router-model": "Category",
+                                            "properties": {"id": I(format="int64", example=1), "name": S(example="Dogs")},
+                                            "additionalProperties": False},
+     [{"id": 1, "name": "Dogs"}, {}], [{"id": "1"}, {"nm": "x"}])
+auto("openapi: Order (int32, date-time, readOnly)", O({"id": I(format="int64", readOnly=True), "petId": I(format="int64"),
+                                                      "quantity": I(format="int32", minimum=1),
+                                                      "shipDate": S(format="date-time"),
+                                                      "status": E("placed", "approved", "delivered"),
+                                                      "complete": B(default=False)}, ["petId", "quantity"]),
+     [{"petId": 10, "quantity": 1}, {"id": 3, "petId": 1, "quantity": 7, "shipDate": "2024-02-03T04:05:06.789Z",
+                                    "status": "approved", "complete": True}],
+     [{"petId": 1, "quantity": 2147483648}, {"petId": 1, "quantity": 0}, {"petId": 1, "quantity": 1, "status": "lost"}])
+auto("openapi: User (x-go-name, writeOnly password)", O({
+    "username": S(pattern="^[a-zA-Z0-9_]{3,30}$", **{"x-go-name": "UserName"}), "email": S(format="email"),
+    "password": S(minLength=8, writeOnly=True), "phone": S(), "userStatus": I(format="int32", description="User Status")},
+    ["username"]),
+     [{"username": "jdoe"}, {"username": "jane_doe", "email": "jane@example.com", "password": "s3cretpass", "userStatus": 1}],
+     [{"username": "jd"}, {"username": "jdoe", "password": "short"}])
+auto("openapi: ApiResponse", O({"code": I(format="int32"), "type": S(), "message": S()}),
+     [{"code": 200, "type": "ok", "message": "fine"}, {}], [{"code": 2.5}, {"code": -2147483649}])
+auto("openapi: Problem details (RFC 7807 shape)", O({"type": S(format="uri", default="about:blank"), "title": S(),
+                                                    "status": I(minimum=100, maximum=599), "detail": S(),
+                                                    "instance": S(format="uri-reference")}, ["title", "status"]),
+     [{"title": "Not Found", "status": 404}, {"type": "https://errors.example.com/quota", "title": "Quota",
+                                             "status": 429, "detail": "slow down", "instance": "/req/1"}],
+     [{"title": "x", "status": 600}, {"type": "no scheme here", "title": "x", "status": 400}])
+auto("openapi: paginated list (allOf + $ref)", {"definitions": {
+    "Page": O({"page": I(minimum=1), "total": I(minimum=0), "next": {"type": ["string", "null"], "format": "uri"}},
+              ["page", "total"]),
+    "Item": O({"id": S(format="uuid"), "label": S()}, ["id"], False)},
+    "allOf": [{"$ref": "#/definitions/Page"},
+              {"properties": {"items": A({"$ref": "#/definitions/Item"}, maxItems=50)}, "required": ["items"]}]},
+     [{"page": 1, "total": 0, "items": [], "next": None},
+      {"page": 2, "total": 1, "items": [{"id": "123e4567-e89b-12d3-a456-426614174000", "label": "a"}],
+       "next": "https://api.example.com/?page=3"}],
+     [{"page": 1, "total": 0}, {"page": 0, "total": 0, "items": []}, {"page": 1, "total": 1, "items": [{"label": "a"}]}])
+GH_USER = O({"login": S(), "id": I(minimum=1), "node_id": S(), "avatar_url": S(format="uri"),
+             "type": E("User", "Organization", "Bot"), "site_admin": B()},
+            ["login", "id", "type"])
+auto("github: simple user", GH_USER,
+     [{"login": "octocat", "id": 1, "type": "User"},
+      {"login": "acme", "id": 9, "type": "Organization", "site_admin": False, "avatar_url": "https://a.example/u/9"}],
+     [{"login": "x", "id": 0, "type": "User"}, {"login": "x", "id": 1, "type": "Robot"}])
+auto("github: repository", O({"id": I(), "name": S(pattern="^[A-Za-z0-9_.-]+$"), "full_name": S(pattern="^[^/]+/[^/]+$"),
+                              "private": B(), "owner": GH_USER, "description": {"type": ["string", "null"]},
+                              "topics": A(S(pattern="^[a-z0-9][a-z0-9-]{0,49}$"), maxItems=20),
+                              "visibility": E("public", "private", "internal"),
+                              "license": {"oneOf": [{"type": "null"}, O({"key": S(), "spdx_id": S()}, ["key"])]},
+                              "stargazers_count": I(minimum=0)}, ["id", "name", "full_name", "private", "owner"]),
+     [{"id": 1, "name": "hello", "full_name": "octo/hello", "private": False,
+       "owner": {"login": "octo", "id": 2, "type": "User"}},
+      {"id": 5, "name": "x.y", "full_name": "a/x.y", "private": True, "owner": {"login": "a", "id": 3, "type": "Bot"},
+       "description": None, "topics": ["cli", "go"], "visibility": "internal", "license": {"key": "mit", "spdx_id": "MIT"},
+       "stargazers_count": 0}],
+     [{"id": 1, "name": "h", "full_name": "octo", "private": False, "owner": {"login": "o", "id": 2, "type": "User"}},
+      {"id": 1, "name": "h", "full_name": "a/h", "private": False, "owner": {"login": "o", "id": 2, "type": "User"},
+       "topics": ["Not-Lower"]}])
+auto("github: issue (labels objects, nullable milestone)", O({
+    "number": I(minimum=1), "title": S(), "state": E("open", "closed"), "state_reason": E("completed", "not_planned",
+                                                                                        "reopened", None),
+    "labels": A({"oneOf": [S(), O({"name": S(), "color": S(pattern="^[0-9a-fA-F]{6}$")}, ["name"])]}),
+    "milestone": {"anyOf": [{"type": "null"}, O({"number": I(), "due_on": S(format="date-time")}, ["number"])]},
+    "locked": B()}, ["number", "title", "state"]),
+     [{"number": 1, "title": "Bug", "state": "open"},
+      {"number": 2, "title": "t", "state": "closed", "state_reason": "completed", "labels": ["bug", {"name": "p1",
+                                                                                                   "color": "ff0000"}],
+       "milestone": {"number": 3, "due_on": "2025-01-01T00:00:00Z"}, "locked": False}],
+     [{"number": 1, "title": "t", "state": "open", "labels": [{"name": "x", "color": "red"}]},
+      {"number": 1, "title": "t", "state": "merged"}])
+auto("github: pull_request webhook (nested)", O({
+    "action": E("opened", "closed", "reopened", "synchronize", "edited"), "number": I(),
+    "pull_request": O({"head": O({"ref": S(), "sha": S(pattern="^[0-9a-f]{40}$")}, ["ref", "sha"]),
+                       "base": O({"ref": S(), "sha": S(pattern="^[0-9a-f]{40}$")}, ["ref", "sha"]),
+                       "merged": B(), "draft": B()}, ["head", "base"]),
+    "sender": GH_USER}, ["action", "number", "pull_request"]),
+     [{"action": "opened", "number": 7, "pull_request": {"head": {"ref": "feat", "sha": "a" * 40},
+                                                          "base": {"ref": "main", "sha": "0123456789abcdef" * 2 + "01234567"}}},
+      {"action": "closed", "number": 8, "pull_request": {"head": {"ref": "f", "sha": "b" * 40},
+                                                          "base": {"ref": "m", "sha": "c" * 40}, "merged": True},
+       "sender": {"login": "bot", "id": 5, "type": "Bot"}}],
+     [{"action": "opened", "number": 7, "pull_request": {"head": {"ref": "f", "sha": "abc"}, "base": {"ref": "m", "sha": "c" * 40}}},
+      {"action": "merged", "number": 7, "pull_request": {"head": {"ref": "f", "sha": "a" * 40},
+                                                          "base": {"ref": "m", "sha": "c" * 40}}}])
+auto("github: commit status", O({"state": E("error", "failure", "pending", "success"), "target_url": S(format="uri"),
+                                 "description": S(maxLength=140), "context": S(default="default")}, ["state"], False),
+     [{"state": "success"}, {"state": "pending", "target_url": "https://ci.example.com/1", "context": "ci/test"}],
+     [{"state": "ok"}, {"state": "error", "description": "x" * 141}])
+auto("github: release asset list (maxItems of objects)", A(O({"name": S(), "size": I(minimum=0),
+                                                              "content_type": S(pattern="^[a-z]+/[a-z0-9.+-]+$"),
+                                                              "download_count": I(minimum=0)}, ["name", "size"]),
+                                                            maxItems=10),
+     [[], [{"name": "app.tar.gz", "size": 1024, "content_type": "application/gzip"}, {"name": "sha256", "size": 64}]],
+     [[{"name": "a", "size": 1}] * 11, [{"name": "a", "size": -1}], [{"name": "a", "size": 1, "content_type": "gzip"}]])
+STRIPE_META = {"type": "object", "additionalProperties": S(maxLength=500), "maxProperties": 50,
+               "propertyNames": {"maxLength": 40}}
+auto("stripe: customer", O({"id": S(pattern="^cus_[A-Za-z0-9]+$"), "object": {"const": "customer"},
+                            "email": {"type": ["string", "null"], "format": "email"}, "balance": I(),
+                            "created": I(minimum=0), "livemode": B(), "metadata": STRIPE_META,
+                            "preferred_locales": A(S(), maxItems=5)}, ["id", "object", "created", "livemode"]),
+     [{"id": "cus_NffrFeUfNV2Hib", "object": "customer", "created": 1680893993, "livemode": False},
+      {"id": "cus_1", "object": "customer", "email": None, "balance": -500, "created": 0, "livemode": True,
+       "metadata": {"order_id": "6735"}}],
+     [{"id": "cust_1", "object": "customer", "created": 1, "livemode": False},
+      {"id": "cus_1", "object": "customer", "created": 1, "livemode": False, "metadata": {"k": 1}}])
+auto("stripe: charge (amount, currency, status)", O({"id": S(pattern="^ch_"), "amount": I(minimum=50, maximum=99999999),
+                                                    "currency": S(pattern="^[a-z]{3}$"), "captured": B(),
+                                                    "status": E("succeeded", "pending", "failed"),
+                                                    "failure_code": {"type": ["string", "null"]},
+                                                    "refunds": O({"object": {"const": "list"}, "data": A(O({"id": S()}, ["id"])),
+                                                                  "has_more": B()}, ["data"])},
+                                                   ["id", "amount", "currency", "status"]),
+     [{"id": "ch_1", "amount": 2000, "currency": "usd", "status": "succeeded"},
+      {"id": "ch_2", "amount": 50, "currency": "eur", "status": "failed", "failure_code": "card_declined",
+       "refunds": {"object": "list", "data": [{"id": "re_1"}], "has_more": False}}],
+     [{"id": "ch_1", "amount": 49, "currency": "usd", "status": "succeeded"},
+      {"id": "ch_1", "amount": 100, "currency": "USD", "status": "succeeded"}])
+auto("stripe: payment intent (oneOf on status)", {"type": "object", "required": ["id", "status", "amount"],
+                                                  "properties": {"id": S(pattern="^pi_"), "amount": I(minimum=1),
+                                                                 "status": S(), "last_payment_error": {}},
+                                                  "oneOf": [{"properties": {"status": E("succeeded", "processing")}},
+                                                            {"properties": {"status": {"const": "requires_payment_method"}},
+                                                             "required": ["last_payment_error"]}]},
+     [{"id": "pi_1", "amount": 100, "status": "succeeded"},
+      {"id": "pi_2", "amount": 5, "status": "requires_payment_method", "last_payment_error": {"code": "card_declined",
+                                                                                            "param": [1, {"a": None}]}}],
+     [{"id": "pi_1", "amount": 100, "status": "requires_payment_method"}, {"id": "pi_1", "amount": 100, "status": "canceled"}])
+auto("stripe: price (recurring, tiers)", O({"id": S(), "unit_amount": {"type": ["integer", "null"], "minimum": 0},
+                                           "currency": S(pattern="^[a-z]{3}$"), "type": E("one_time", "recurring"),
+                                           "recurring": O({"interval": E("day", "week", "month", "year"),
+                                                           "interval_count": I(minimum=1, maximum=12)}, ["interval"]),
+                                           "tiers": A(O({"up_to": {"type": ["integer", "null"], "minimum": 1},
+                                                         "unit_amount": I(minimum=0)}, ["up_to"]), maxItems=10)},
+                                          ["id", "currency", "type"],
+                                          **{"if": {"properties": {"type": {"const": "recurring"}}},
+                                             "then": {"required": ["recurring"]}}),
+     [{"id": "price_1", "currency": "usd", "type": "one_time", "unit_amount": 999},
+      {"id": "price_2", "currency": "eur", "type": "recurring", "recurring": {"interval": "month", "interval_count": 3},
+       "tiers": [{"up_to": 10, "unit_amount": 500}, {"up_to": None, "unit_amount": 400}]}],
+     [{"id": "p", "currency": "usd", "type": "recurring"},
+      {"id": "p", "currency": "usd", "type": "recurring", "recurring": {"interval": "month", "interval_count": 13}}])
+auto("stripe: invoice line items", O({"object": {"const": "list"}, "data": A(O({
+    "id": S(), "amount": I(), "quantity": {"type": ["integer", "null"], "minimum": 0}, "description": {"type": ["string", "null"]},
+    "period": O({"start": I(), "end": I()}, ["start", "end"], False), "proration": B()}, ["id", "amount", "period"])),
+    "has_more": B(), "url": S(pattern="^/v1/")}, ["object", "data", "has_more"]),
+     [{"object": "list", "data": [], "has_more": False},
+      {"object": "list", "has_more": True, "url": "/v1/invoices/in_1/lines",
+       "data": [{"id": "il_1", "amount": -300, "quantity": None, "period": {"start": 1, "end": 2}, "proration": True}]}],
+     [{"object": "list", "data": [{"id": "il_1", "amount": 1, "period": {"start": 1}}], "has_more": False},
+      {"object": "list", "data": [], "has_more": False, "url": "https://api.stripe.example/v1/x"}])
+auto("stripe: event envelope (unconstrained data.object)", O({
+    "id": S(pattern="^evt_"), "type": S(pattern="^[a-z_]+(\\.[a-z_]+)+$"), "api_version": S(pattern="^[0-9]{4}-[0-9]{2}-[0-9]{2}$"),
+    "data": O({"object": {"type": "object"}, "previous_attributes": {"type": "object"}}, ["object"]),
+    "pending_webhooks": I(minimum=0)}, ["id", "type", "data"]),
+     [{"id": "evt_1", "type": "invoice.paid", "data": {"object": {"lines": {"data": [{"period": {"start": 1}}]}}}},
+      {"id": "evt_2", "type": "customer.subscription.updated", "api_version": "2024-06-20",
+       "data": {"object": {"items": [[{"a": [{"b": {}}]}]]}, "previous_attributes": {}}, "pending_webhooks": 1}],
+     [{"id": "evt_1", "type": "invoice", "data": {"object": {}}}, {"id": "evt_1", "type": "a.b", "data": {"object": []}}])
+auto("stripe: price with fractional multipleOf (refused)", O({"unit_amount_decimal": N(multipleOf=0.01, minimum=0),
+                                                             "currency": S()}, ["unit_amount_decimal"]),
+     [{"unit_amount_decimal": 12.34}, {"unit_amount_decimal": 0, "currency": "usd"}],
+     [{"unit_amount_decimal": 12.345}, {"unit_amount_decimal": -1}])
+auto("openapi: discriminator (x-*, oneOf by petType)", {"definitions": {
+    "Cat": O({"petType": {"const": "cat"}, "huntingSkill": E("clueless", "lazy", "aggressive")}, ["petType", "huntingSkill"]),
+    "Dog": O({"petType": {"const": "dog"}, "packSize": I(format="int32", minimum=0)}, ["petType", "packSize"])},
+    "oneOf": [{"$ref": "#/definitions/Cat"}, {"$ref": "#/definitions/Dog"}],
+    "discriminator": {"propertyName": "petType"}, "x-discriminator-value": "petType"},
+     [{"petType": "cat", "huntingSkill": "lazy"}, {"petType": "dog", "packSize": 3}],
+     [{"petType": "dog", "huntingSkill": "lazy"}, {"petType": "cat", "huntingSkill": "sleepy"}, {"petType": "dog", "packSize": -1}])
+auto("openapi 3.0: nullable keyword (annotation under 2020-12)", O({"nickname": S(nullable=True, maxLength=10),
+                                                                  "age": I(minimum=0)}, ["age"]),
+     [{"age": 3}, {"age": 0, "nickname": "bo"}], [{"age": 3, "nickname": "abcdefghijk"}, {"age": -3}])
+auto("openapi: webhook subscription (uri, enum events, secret pattern)", O({
+    "url": S(format="uri", pattern="^https://"), "events": A(E("order.created", "order.paid", "order.refunded", "*"),
+                                                           minItems=1, uniqueItems=True),
+    "secret": S(pattern="^whsec_[A-Za-z0-9]{16,}$"), "active": B(default=True)}, ["url", "events"], False),
+     [{"url": "https://hooks.example.com/x", "events": ["*"]},
+      {"url": "https://h.example.com/", "events": ["order.created", "order.paid"], "secret": "whsec_abcdefghijklmnop",
+       "active": False}],
+     [{"url": "http://insecure.example.com", "events": ["*"]}, {"url": "https://h.example.com", "events": ["*", "*"]},
+      {"url": "https://h.example.com", "events": ["order.created"], "secret": "whsec_short"}])
+auto("openapi: search request (not over additionalProperties)", O({"q": S(), "filters": {
+    "type": "object", "additionalProperties": S(), "not": {"additionalProperties": S(maxLength=0)}}}, ["q"]),
+     [{"q": "x"}, {"q": "x", "filters": {"a": "b"}}],
+     [{"q": "x", "filters": {}}, {"q": "x", "filters": {"a": ""}}, {"q": "x", "filters": {"a": 1}}])
+auto("openapi: bulk request (maxItems 10 of objects, long enum)", O({"operations": A(O({
+    "op": E("add", "remove", "replace", "move", "copy", "test"), "path": S(pattern="^(/[^/]*)*$"), "value": {}},
+    ["op", "path"]), minItems=1, maxItems=10)}, ["operations"]),
+     [{"operations": [{"op": "add", "path": "/a/b", "value": [1, {"c": [2]}]}]},
+      {"operations": [{"op": "remove", "path": "/x"}, {"op": "test", "path": "", "value": None}]}],
+     [{"operations": []}, {"operations": [{"op": "patch", "path": "/x"}]},
+      {"operations": [{"op": "remove", "path": "/x"}] * 11}])
+
+# PLACEHOLDER
 
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
     json.dump(C, out, indent=1, ensure_ascii=False)
