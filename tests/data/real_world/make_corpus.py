@@ -584,6 +584,283 @@ auto("openapi: bulk request (maxItems 10 of objects, long enum)", O({"operations
      [{"operations": []}, {"operations": [{"op": "patch", "path": "/x"}]},
       {"operations": [{"op": "remove", "path": "/x"}] * 11}])
 
+
+# ---- Kubernetes-style objects ----------------------------------------------------------------------------
+DNS1123 = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+STRMAP = {"type": "object", "additionalProperties": S()}
+META = O({"name": S(pattern=DNS1123, maxLength=63), "namespace": S(pattern=DNS1123), "labels": STRMAP,
+          "annotations": STRMAP, "uid": S(format="uuid"), "resourceVersion": S(), "generation": I(format="int64")},
+         ["name"], **{"x-kubernetes-preserve-unknown-fields": False})
+QTY = {"x-kubernetes-int-or-string": True, "anyOf": [I(minimum=0), S(pattern="^[0-9]+(\\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G)?$")]}
+INT_OR_STR = {"x-kubernetes-int-or-string": True, "anyOf": [I(), S()]}
+ENV = A(O({"name": S(pattern="^[A-Za-z_][A-Za-z0-9_]*$"), "value": S(),
+           "valueFrom": O({"secretKeyRef": O({"name": S(), "key": S()}, ["key"]),
+                           "configMapKeyRef": O({"name": S(), "key": S()}, ["key"])}, maxProperties=1)}, ["name"]),
+        **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+PORT = O({"name": S(maxLength=15), "containerPort": I(format="int32", minimum=1, maximum=65535),
+          "protocol": E("TCP", "UDP", "SCTP", default="TCP")}, ["containerPort"])
+CONTAINER = O({"name": S(pattern=DNS1123), "image": S(minLength=1), "args": A(S()), "command": A(S()), "env": ENV,
+               "ports": A(PORT, **{"x-kubernetes-list-type": "map"}),
+               "resources": O({"limits": O({"cpu": QTY, "memory": QTY}, extra=False),
+                               "requests": O({"cpu": QTY, "memory": QTY}, extra=False)}),
+               "imagePullPolicy": E("Always", "IfNotPresent", "Never")}, ["name", "image"])
+POD_SPEC = O({"containers": A(CONTAINER, minItems=1), "restartPolicy": E("Always", "OnFailure", "Never"),
+              "nodeSelector": STRMAP, "serviceAccountName": S(),
+              "terminationGracePeriodSeconds": I(format="int64", minimum=0)}, ["containers"])
+C1 = {"name": "web", "image": "nginx:1.25"}
+
+
+def k8s(kind, api, spec, valid_specs, invalid_specs, spec_required=True, **extra_props):
+    props = {"apiVersion": {"const": api}, "kind": {"const": kind}, "metadata": META, "spec": spec, **extra_props}
+    schema = O(props, ["apiVersion", "kind", "metadata"] + (["spec"] if spec_required else []),
+               **{"x-kubernetes-group-version-kind": [{"group": api.split("/")[0] if "/" in api else "",
+                                                       "kind": kind, "version": api.split("/")[-1]}]})
+    wrap = [{"apiVersion": api, "kind": kind, "metadata": {"name": f"{kind.lower()}-{n}"}, "spec": s}
+            for n, s in enumerate(valid_specs)]
+    bad = [{"apiVersion": api, "kind": kind, "metadata": {"name": "x"}, "spec": s} for s in invalid_specs]
+    bad.append({"apiVersion": api, "kind": kind, "metadata": {"name": "Upper_Case"}, "spec": valid_specs[0]})
+    add(f"kubernetes: {kind}", schema, wrap, bad[:4])
+
+
+k8s("Pod", "v1", POD_SPEC, [{"containers": [C1]},
+                            {"containers": [{"name": "app", "image": "r/app:1", "env": [{"name": "MODE", "value": "prod"},
+                                                                                      {"name": "TOKEN", "valueFrom": {
+                                                                                          "secretKeyRef": {"name": "s", "key": "t"}}}],
+                                             "ports": [{"containerPort": 8080}],
+                                             "resources": {"limits": {"cpu": "500m", "memory": "256Mi"},
+                                                           "requests": {"cpu": 1}}}],
+                             "restartPolicy": "Never", "terminationGracePeriodSeconds": 30}],
+    [{"containers": []}, {"containers": [{"name": "a", "image": "b", "ports": [{"containerPort": 70000}]}]},
+     {"containers": [{"name": "a", "image": "b", "env": [{"name": "1BAD"}]}]}])
+k8s("Deployment", "apps/v1", O({"replicas": I(format="int32", minimum=0), "selector": O({"matchLabels": STRMAP}, ["matchLabels"]),
+                                "strategy": O({"type": E("RollingUpdate", "Recreate"),
+                                               "rollingUpdate": O({"maxSurge": INT_OR_STR, "maxUnavailable": INT_OR_STR})}),
+                                "template": O({"metadata": O({"labels": STRMAP}), "spec": POD_SPEC}, ["spec"]),
+                                "revisionHistoryLimit": I(minimum=0)}, ["selector", "template"]),
+    [{"selector": {"matchLabels": {"app": "web"}}, "template": {"spec": {"containers": [C1]}}},
+     {"replicas": 3, "selector": {"matchLabels": {"app": "w"}}, "strategy": {"type": "RollingUpdate",
+                                                                           "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+      "template": {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": [C1]}}}],
+    [{"replicas": -1, "selector": {"matchLabels": {}}, "template": {"spec": {"containers": [C1]}}},
+     {"selector": {"matchLabels": {}}, "template": {"spec": {"containers": [{"name": "x"}]}}},
+     {"selector": {}, "template": {"spec": {"containers": [C1]}}}])
+k8s("Service", "v1", O({"type": E("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"), "selector": STRMAP,
+                        "ports": A(O({"name": S(), "port": I(minimum=1, maximum=65535), "targetPort": INT_OR_STR,
+                                      "nodePort": I(minimum=30000, maximum=32767), "protocol": E("TCP", "UDP")}, ["port"]),
+                                   minItems=1),
+                        "clusterIP": {"anyOf": [S(format="ipv4"), {"const": "None"}, {"const": ""}]},
+                        "sessionAffinity": E("None", "ClientIP")}),
+    [{"ports": [{"port": 80, "targetPort": "http"}]},
+     {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 443, "targetPort": 8443, "nodePort": 30443}],
+      "clusterIP": "10.0.0.12"}, {"clusterIP": "None", "ports": [{"port": 53, "protocol": "UDP"}]}],
+    [{"ports": [{"port": 80, "nodePort": 80}]}, {"type": "Headless", "ports": [{"port": 1}]},
+     {"ports": [{"port": 1}], "clusterIP": "10.0.0.300"}])
+k8s("Ingress", "networking.k8s.io/v1", O({"ingressClassName": S(), "tls": A(O({"hosts": A(S(format="hostname")),
+                                                                               "secretName": S()})),
+                                          "rules": A(O({"host": S(format="hostname"), "http": O({"paths": A(O({
+                                              "path": S(pattern="^/"), "pathType": E("Exact", "Prefix", "ImplementationSpecific"),
+                                              "backend": O({"service": O({"name": S(), "port": O({"number": I(minimum=1),
+                                                                                                  "name": S()},
+                                                                                                 maxProperties=1, minProperties=1)},
+                                                                          ["name", "port"])}, ["service"])},
+                                              ["path", "pathType", "backend"]), minItems=1)}, ["paths"])}))}),
+    [{"rules": [{"host": "shop.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                                                 "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]},
+     {"ingressClassName": "nginx", "tls": [{"hosts": ["a.example.com"], "secretName": "tls"}], "rules": []}],
+    [{"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                     "backend": {"service": {"name": "w", "port": {"number": 80, "name": "http"}}}}]}}]},
+     {"rules": [{"host": "bad host", "http": {"paths": []}}]},
+     {"rules": [{"http": {"paths": [{"path": "api", "pathType": "Exact", "backend": {"service": {"name": "w", "port": {"number": 1}}}}]}}]}])
+k8s("CronJob", "batch/v1", O({"schedule": S(pattern="^(@(yearly|monthly|weekly|daily|hourly)|(\\S+\\s+){4}\\S+)$"),
+                              "concurrencyPolicy": E("Allow", "Forbid", "Replace"), "suspend": B(),
+                              "successfulJobsHistoryLimit": I(minimum=0, maximum=100),
+                              "jobTemplate": O({"spec": O({"backoffLimit": I(minimum=0), "template": O({"spec": POD_SPEC})})})},
+                             ["schedule", "jobTemplate"]),
+    [{"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {"spec": {"containers": [C1], "restartPolicy": "OnFailure"}}}}},
+     {"schedule": "@daily", "concurrencyPolicy": "Forbid", "suspend": True, "jobTemplate": {}}],
+    [{"schedule": "every day", "jobTemplate": {}}, {"schedule": "@daily", "jobTemplate": {}, "concurrencyPolicy": "Queue"}])
+k8s("PersistentVolumeClaim", "v1", O({"accessModes": A(E("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"),
+                                                       minItems=1, uniqueItems=True),
+                                      "storageClassName": {"type": ["string", "null"]},
+                                      "resources": O({"requests": O({"storage": QTY}, ["storage"])}, ["requests"]),
+                                      "volumeMode": E("Filesystem", "Block")}, ["accessModes", "resources"]),
+    [{"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
+     {"accessModes": ["ReadOnlyMany", "ReadWriteMany"], "storageClassName": None, "volumeMode": "Block",
+      "resources": {"requests": {"storage": 1073741824}}}],
+    [{"accessModes": ["ReadWriteOnce", "ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+     {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "lots"}}},
+     {"accessModes": [], "resources": {"requests": {"storage": "1Gi"}}}])
+k8s("HorizontalPodAutoscaler", "autoscaling/v2", O({
+    "scaleTargetRef": O({"apiVersion": S(), "kind": S(), "name": S()}, ["kind", "name"]),
+    "minReplicas": I(format="int32", minimum=1), "maxReplicas": I(format="int32", minimum=1),
+    "metrics": A(O({"type": E("Resource", "Pods", "Object", "External"),
+                    "resource": O({"name": S(), "target": O({"type": E("Utilization", "AverageValue"),
+                                                             "averageUtilization": I(minimum=1, maximum=100)}, ["type"])},
+                                  ["name", "target"])}, ["type"]), maxItems=10)}, ["scaleTargetRef", "maxReplicas"]),
+    [{"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 10},
+     {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": 2, "maxReplicas": 5,
+      "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}],
+    [{"scaleTargetRef": {"kind": "Deployment", "name": "w"}, "maxReplicas": 0},
+     {"scaleTargetRef": {"kind": "D", "name": "w"}, "maxReplicas": 3,
+      "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 150}}}]}])
+k8s("NetworkPolicy", "networking.k8s.io/v1", O({
+    "podSelector": O({"matchLabels": STRMAP}), "policyTypes": A(E("Ingress", "Egress"), uniqueItems=True, maxItems=2),
+    "ingress": A(O({"from": A(O({"ipBlock": O({"cidr": S(pattern="^[0-9./]+$"), "except": A(S())}, ["cidr"]),
+                                 "namespaceSelector": O({"matchLabels": STRMAP})}, minProperties=1)),
+                    "ports": A(O({"port": INT_OR_STR, "protocol": E("TCP", "UDP")}))}))}, ["podSelector"]),
+    [{"podSelector": {}}, {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress"],
+                           "ingress": [{"from": [{"ipBlock": {"cidr": "172.17.0.0/16", "except": ["172.17.1.0/24"]}}],
+                                        "ports": [{"port": 5432, "protocol": "TCP"}]}]}],
+    [{"podSelector": {}, "policyTypes": ["Ingress", "Ingress"]}, {"podSelector": {}, "ingress": [{"from": [{}]}]}])
+k8s("Secret", "v1", None, [None], [], spec_required=False,
+    type={"type": "string", "examples": ["Opaque", "kubernetes.io/tls"]},
+    data={"type": "object", "additionalProperties": S(pattern="^[A-Za-z0-9+/]*={0,2}$")},
+    stringData=STRMAP, immutable=B())
+C[-1]["valid"] = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "type": "Opaque",
+                   "data": {"password": "cGFzc3dvcmQ="}},
+                  {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls"}, "stringData": {"a": "b"}, "immutable": True}]
+C[-1]["invalid"] = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "data": {"p": "not base64!"}},
+                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "immutable": "yes"},
+                    {"apiVersion": "v1", "kind": "Secrets", "metadata": {"name": "db"}}]
+C[-1]["schema"]["properties"].pop("spec")
+k8s("Namespace", "v1", O({"finalizers": A(S())}), [{}, {"finalizers": ["kubernetes"]}], [{"finalizers": "kubernetes"}],
+    spec_required=False)
+k8s("ServiceAccount", "v1", None, [None], [], spec_required=False,
+    automountServiceAccountToken=B(), imagePullSecrets=A(O({"name": S()}, ["name"], False)))
+C[-1]["schema"]["properties"].pop("spec")
+C[-1]["valid"] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "ci"}},
+                  {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "ci", "namespace": "build"},
+                   "automountServiceAccountToken": False, "imagePullSecrets": [{"name": "regcred"}]}]
+C[-1]["invalid"] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "ci"}, "imagePullSecrets": [{}]},
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {}}]
+RULES = A(O({"apiGroups": A(S()), "resources": A(S()), "verbs": A(E("get", "list", "watch", "create", "update", "patch",
+                                                                    "delete", "deletecollection", "*"), minItems=1)},
+            ["verbs"]))
+k8s("Role", "rbac.authorization.k8s.io/v1", None, [None], [], spec_required=False, rules=RULES)
+C[-1]["schema"]["properties"].pop("spec")
+C[-1]["valid"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader"},
+                   "rules": [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]}]},
+                  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "none"}, "rules": []}]
+C[-1]["invalid"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
+                     "rules": [{"resources": ["pods"], "verbs": ["read"]}]},
+                    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
+                     "rules": [{"resources": ["pods"], "verbs": []}]}]
+auto("kubernetes: CustomResourceDefinition-like (x-kubernetes-*, embedded resource)", O({
+    "apiVersion": {"const": "stable.example.com/v1"}, "kind": {"const": "CronTab"}, "metadata": META,
+    "spec": O({"cronSpec": S(pattern="^(\\d+|\\*)(/\\d+)?(\\s+(\\d+|\\*)(/\\d+)?){4}$"), "image": S(),
+               "replicas": I(minimum=1, maximum=10, **{"x-kubernetes-validations": [{"rule": "self >= 1"}]}),
+               "template": {"type": "object", "x-kubernetes-embedded-resource": True,
+                            "x-kubernetes-preserve-unknown-fields": True},
+               "selector": O({"matchLabels": STRMAP}, **{"x-kubernetes-map-type": "atomic"})},
+              ["cronSpec", "image"], False),
+    "status": O({"conditions": A(O({"type": S(), "status": E("True", "False", "Unknown"),
+                                    "lastTransitionTime": S(format="date-time"), "reason": S(), "message": S()},
+                                   ["type", "status"]), **{"x-kubernetes-list-type": "map",
+                                                           "x-kubernetes-list-map-keys": ["type"]})})},
+    ["apiVersion", "kind", "metadata", "spec"]),
+     [{"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct"},
+       "spec": {"cronSpec": "* * * * */5", "image": "my-cron-image"}},
+      {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct2", "labels": {"a": "b"}},
+       "spec": {"cronSpec": "0 3 * * *", "image": "i", "replicas": 2,
+                "template": {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a", "args": [["x"]]}]}}},
+       "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}}],
+     [{"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct"},
+       "spec": {"cronSpec": "whenever", "image": "i"}},
+      {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct"},
+       "spec": {"cronSpec": "* * * * *", "image": "i", "replicas": 11}},
+      {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "ct"},
+       "spec": {"cronSpec": "* * * * *", "image": "i"}, "status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}}])
+auto("kubernetes: kustomization-like (patches, images)", O({
+    "resources": A(S()), "namePrefix": S(pattern="^[a-z0-9-]*$"), "commonLabels": STRMAP,
+    "images": A(O({"name": S(), "newName": S(), "newTag": S(), "digest": S(pattern="^sha256:[0-9a-f]{64}$")}, ["name"])),
+    "patches": A(O({"path": S(), "patch": S(), "target": O({"kind": S(), "name": S(), "labelSelector": S()})},
+                   oneOf=[{"required": ["path"]}, {"required": ["patch"]}])),
+    "replicas": A(O({"name": S(), "count": I(minimum=0)}, ["name", "count"]))}),
+     [{"resources": ["deployment.yaml", "service.yaml"]},
+      {"namePrefix": "dev-", "images": [{"name": "nginx", "newTag": "1.25"}],
+       "patches": [{"path": "patch.yaml"}, {"patch": "- op: replace", "target": {"kind": "Deployment"}}],
+       "replicas": [{"name": "web", "count": 2}]}],
+     [{"patches": [{"path": "a.yaml", "patch": "x"}]}, {"images": [{"name": "n", "digest": "sha256:abc"}]},
+      {"namePrefix": "Dev_"}])
+auto("kubernetes: Helm Chart.yaml-like (semver pattern, dependencies array)", O({
+    "apiVersion": E("v1", "v2"), "name": S(pattern=DNS1123), "version": S(pattern="^v?[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$"),
+    "appVersion": S(), "type": E("application", "library"), "kubeVersion": S(),
+    "dependencies": A(O({"name": S(), "version": S(), "repository": S(), "condition": S(), "alias": S(pattern=DNS1123)},
+                        ["name", "version"])),
+    "maintainers": A(O({"name": S(), "email": S(format="email"), "url": S(format="uri")}, ["name"]))},
+    ["apiVersion", "name", "version"]),
+     [{"apiVersion": "v2", "name": "web", "version": "0.1.0"},
+      {"apiVersion": "v2", "name": "api", "version": "1.2.3-rc.1", "type": "application",
+       "dependencies": [{"name": "redis", "version": "~17.0.0", "repository": "oci://r.example/charts", "alias": "cache"}],
+       "maintainers": [{"name": "ops", "email": "ops@example.com"}]}],
+     [{"apiVersion": "v2", "name": "web", "version": "1.0"}, {"apiVersion": "v3", "name": "web", "version": "1.0.0"},
+      {"apiVersion": "v2", "name": "web", "version": "1.0.0", "dependencies": [{"name": "redis"}]}])
+
+
+# ---- GeoJSON (RFC 7946 shapes) ---------------------------------------------------------------------------
+POS = A(N(), minItems=2, maxItems=3)
+BBOX = A(N(), minItems=4, maxItems=6)
+LINE = A(POS, minItems=2)
+RING = A(POS, minItems=4)
+GEOMS = {"Point": POS, "MultiPoint": A(POS), "LineString": LINE, "MultiLineString": A(LINE),
+         "Polygon": A(RING), "MultiPolygon": A(A(RING))}
+
+
+def geom(kind):
+    return O({"type": {"const": kind}, "coordinates": GEOMS[kind], "bbox": BBOX}, ["type", "coordinates"])
+
+
+SQ = [[0, 0], [1, 0], [1, 1], [0, 0]]
+GEO_SAMPLES = {"Point": ([[102.5, 0.5], [-73.985, 40.7484, 10.5]], [[1], [1, 2, 3, 4], ["1", "2"]]),
+               "MultiPoint": ([[], [[100, 0], [101, 1]]], [[[1]], [1, 2]]),
+               "LineString": ([[[0, 0], [1, 1]], [[0, 0, 0], [1.5, -2.25], [3, 3]]], [[[0, 0]], [0, 0]]),
+               "MultiLineString": ([[], [[[0, 0], [1, 1]], [[2, 2], [3, 3]]]], [[[[0, 0]]], [[0, 0], [1, 1]]]),
+               "Polygon": ([[SQ], [SQ, [[0.25, 0.25], [0.5, 0.25], [0.5, 0.5], [0.25, 0.25]]]], [[[[0, 0], [1, 1], [0, 0]]], [SQ[0]]]),
+               "MultiPolygon": ([[], [[SQ], [SQ, SQ]]], [[SQ], [[[[0, 0]]]]])}
+for kind, (good, bad) in GEO_SAMPLES.items():
+    add(f"geojson: {kind} geometry", geom(kind),
+        [{"type": kind, "coordinates": c} for c in good] + [{"type": kind, "coordinates": good[0], "bbox": [0, 0, 1, 1]}],
+        [{"type": kind, "coordinates": c} for c in bad] + [{"type": "Feature", "coordinates": good[0]}])
+GEOMETRY = {"oneOf": [geom(k) for k in GEOMS]}
+add("geojson: GeometryCollection", O({"type": {"const": "GeometryCollection"}, "geometries": A(GEOMETRY)},
+                                     ["type", "geometries"]),
+    [{"type": "GeometryCollection", "geometries": []},
+     {"type": "GeometryCollection", "geometries": [{"type": "Point", "coordinates": [1, 2]},
+                                                   {"type": "LineString", "coordinates": [[0, 0], [1, 1]]}]}],
+    [{"type": "GeometryCollection"}, {"type": "GeometryCollection", "geometries": [{"type": "Point", "coordinates": [[1, 2]]}]}])
+FEATURE = O({"type": {"const": "Feature"}, "id": {"type": ["string", "number"]}, "geometry": {"oneOf": [{"type": "null"}, GEOMETRY]},
+             "properties": {"type": ["object", "null"]}, "bbox": BBOX}, ["type", "geometry", "properties"])
+add("geojson: Feature (any properties)", FEATURE,
+    [{"type": "Feature", "geometry": None, "properties": None},
+     {"type": "Feature", "id": "a1", "geometry": {"type": "Point", "coordinates": [13.4, 52.52]},
+      "properties": {"name": "Berlin", "tags": [{"k": "v", "nested": [[{"deep": True}]]}]}},
+     {"type": "Feature", "id": 7, "geometry": {"type": "Polygon", "coordinates": [SQ]}, "properties": {}}],
+    [{"type": "Feature", "geometry": None}, {"type": "Feature", "geometry": None, "properties": [1]},
+     {"type": "Feature", "id": True, "geometry": None, "properties": None}])
+add("geojson: FeatureCollection", O({"type": {"const": "FeatureCollection"}, "features": A(FEATURE), "bbox": BBOX},
+                                    ["type", "features"]),
+    [{"type": "FeatureCollection", "features": []},
+     {"type": "FeatureCollection", "bbox": [-10, -10, 10, 10], "features": [
+         {"type": "Feature", "geometry": {"type": "MultiPoint", "coordinates": [[1, 1]]}, "properties": {"pop": 12000}}]}],
+    [{"type": "FeatureCollection", "features": [{"type": "Feature"}]}, {"type": "FeatureCollection", "features": {}},
+     {"type": "FeatureCollection", "features": [], "bbox": [1, 2]}])
+add("geojson: typed city feature (properties schema, int32 population)", O({
+    "type": {"const": "Feature"}, "geometry": geom("Point"),
+    "properties": O({"name": S(minLength=1), "population": I(format="int32", minimum=0), "capital": B(),
+                     "country": S(pattern="^[A-Z]{2}$")}, ["name", "country"], False)}, ["type", "geometry", "properties"]),
+    [{"type": "Feature", "geometry": {"type": "Point", "coordinates": [2.3522, 48.8566]},
+      "properties": {"name": "Paris", "population": 2102650, "capital": True, "country": "FR"}},
+     {"type": "Feature", "geometry": {"type": "Point", "coordinates": [0, 0]}, "properties": {"name": "Null Island", "country": "XX"}}],
+    [{"type": "Feature", "geometry": {"type": "Point", "coordinates": [0, 0]},
+      "properties": {"name": "x", "country": "XX", "population": 3000000000}},
+     {"type": "Feature", "geometry": {"type": "LineString", "coordinates": [[0, 0], [1, 1]]},
+      "properties": {"name": "x", "country": "XX"}},
+     {"type": "Feature", "geometry": {"type": "Point", "coordinates": [0, 0]}, "properties": {"name": "x", "country": "XX", "area": 1}}])
+add("geojson: WGS84 position with bounds", {"type": "array", "prefixItems": [N(minimum=-180, maximum=180),
+                                                                                N(minimum=-90, maximum=90), N()],
+                                             "minItems": 2, "items": False},
+    [[-122.4194, 37.7749], [180, -90, 12.5]], [[181, 0], [0, 91], [0, 0, 0, 0], [0]])
+
 # PLACEHOLDER
 
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
