@@ -861,6 +861,253 @@ add("geojson: WGS84 position with bounds", {"type": "array", "prefixItems": [N(m
                                              "minItems": 2, "items": False},
     [[-122.4194, 37.7749], [180, -90, 12.5]], [[181, 0], [0, 91], [0, 0, 0, 0], [0]])
 
+
+# ---- configuration files: package.json, tsconfig, eslint, compose, workflows, ... -------------------------
+auto("package.json-like (bin/engines/exports, person anyOf)", {"$schema": D7, "definitions": {
+    "person": {"anyOf": [S(), O({"name": S(), "email": S(format="email"), "url": S(format="uri")}, ["name"])]},
+    "deps": {"type": "object", "additionalProperties": S()}}, "type": "object", "properties": {
+    "name": S(maxLength=214, minLength=1, pattern="^(?:@[a-z0-9-*~][a-z0-9-*._~]*/)?[a-z0-9-~][a-z0-9-._~]*$"),
+    "version": S(), "description": S(), "keywords": A(S()), "license": S(),
+    "author": {"$ref": "#/definitions/person"}, "contributors": A({"$ref": "#/definitions/person"}),
+    "main": S(), "type": E("commonjs", "module"), "bin": {"type": ["string", "object"], "additionalProperties": S()},
+    "engines": O({"node": S(), "npm": S()}), "dependencies": {"$ref": "#/definitions/deps"},
+    "devDependencies": {"$ref": "#/definitions/deps"}, "peerDependencies": {"$ref": "#/definitions/deps"},
+    "exports": {"type": ["string", "object", "null"]}, "workspaces": {"anyOf": [A(S()), O({"packages": A(S())})]}},
+    "required": ["name", "version"]},
+     [{"name": "my-lib", "version": "1.0.0"},
+      {"name": "@acme/cli", "version": "2.0.0-beta.1", "type": "module", "bin": {"acme": "./bin/acme.js"},
+       "author": {"name": "Acme", "email": "dev@acme.example"}, "contributors": ["Jo <jo@x.example>"],
+       "engines": {"node": ">=18"}, "exports": {".": {"import": "./index.js", "types": "./index.d.ts"}},
+       "devDependencies": {"typescript": "^5.4.0"}, "workspaces": ["packages/*"]}],
+     [{"name": "My-Lib", "version": "1.0.0"}, {"name": "x", "version": "1", "type": "esm"},
+      {"name": "x", "version": "1", "dependencies": {"a": 1}}, {"name": "x", "version": "1", "author": {"email": "a@b.example"}}])
+auto("tsconfig.json-like (compilerOptions, references, extends)", {"$schema": D7, "type": "object", "properties": {
+    "extends": {"type": ["string", "array"], "items": S()}, "include": A(S()), "exclude": A(S()),
+    "compilerOptions": O({"target": E("ES3", "ES5", "ES2015", "ES2016", "ES2017", "ES2018", "ES2019", "ES2020", "ES2021",
+                                      "ES2022", "ESNext"),
+                          "module": E("CommonJS", "AMD", "UMD", "ES2015", "ES2020", "ESNext", "Node16", "NodeNext", "None"),
+                          "lib": A(S()), "strict": B(), "noEmit": B(), "declaration": B(), "outDir": S(), "rootDir": S(),
+                          "baseUrl": S(), "paths": {"type": "object", "additionalProperties": A(S(), minItems=1)},
+                          "jsx": E("preserve", "react", "react-jsx", "react-jsxdev", "react-native"),
+                          "composite": B(), "incremental": B(), "sourceMap": B(), "declarationDir": S()},
+                         dependencies={"declarationDir": ["declaration"]}),
+    "references": A(O({"path": S(), "prepend": B()}, ["path"], False))}},
+     [{"compilerOptions": {"target": "ES2022", "module": "NodeNext", "strict": True}},
+      {"extends": ["@tsconfig/node20/tsconfig.json"], "include": ["src"], "references": [{"path": "../core"}],
+       "compilerOptions": {"declaration": True, "declarationDir": "types", "paths": {"@/*": ["src/*"]}, "jsx": "react-jsx"}}],
+     [{"compilerOptions": {"declarationDir": "types"}}, {"compilerOptions": {"target": "es2099"}},
+      {"compilerOptions": {"paths": {"@/*": []}}}, {"references": [{"path": "a", "circular": True}]}])
+auto("eslintrc-like (rule levels as enum or tuple)", {"$schema": D7, "definitions": {
+    "level": {"oneOf": [E("off", "warn", "error"), I(minimum=0, maximum=2)]},
+    "rule": {"oneOf": [{"$ref": "#/definitions/level"},
+                       {"type": "array", "items": [{"$ref": "#/definitions/level"}], "minItems": 1}]}},
+    "type": "object", "properties": {
+        "root": B(), "extends": {"type": ["string", "array"], "items": S()},
+        "env": {"type": "object", "additionalProperties": B()}, "parser": S(),
+        "parserOptions": O({"ecmaVersion": {"anyOf": [I(minimum=3), {"const": "latest"}]},
+                            "sourceType": E("script", "module", "commonjs")}),
+        "rules": {"type": "object", "additionalProperties": {"$ref": "#/definitions/rule"}},
+        "overrides": A(O({"files": {"type": ["string", "array"]}, "rules": {"type": "object"}}, ["files"]))},
+    "additionalProperties": False},
+     [{"root": True, "extends": "eslint:recommended"},
+      {"env": {"browser": True, "es2022": True}, "parserOptions": {"ecmaVersion": "latest", "sourceType": "module"},
+       "rules": {"semi": ["error", "always"], "no-console": "warn", "eqeqeq": 2},
+       "overrides": [{"files": ["*.test.js"], "rules": {"no-unused-expressions": "off"}}]}],
+     [{"rules": {"semi": "fatal"}}, {"rules": {"semi": 3}}, {"rules": {"semi": []}}, {"plugins": ["x"]}])
+SERVICE = O({"image": S(), "build": {"oneOf": [S(), O({"context": S(), "dockerfile": S(), "args": STRMAP}, ["context"])]},
+             "ports": A({"oneOf": [S(pattern="^([0-9.]+:)?[0-9]+(-[0-9]+)?(:[0-9]+(-[0-9]+)?)?(/(tcp|udp))?$"), I(minimum=1)]}),
+             "environment": {"oneOf": [{"type": "object", "additionalProperties": {"type": ["string", "number", "boolean",
+                                                                                            "null"]}},
+                                       A(S(pattern="^[A-Za-z_][A-Za-z0-9_]*(=.*)?$"))]},
+             "depends_on": {"oneOf": [A(S()), {"type": "object", "additionalProperties": O({
+                 "condition": E("service_started", "service_healthy", "service_completed_successfully")}, ["condition"])}]},
+             "restart": E("no", "always", "on-failure", "unless-stopped"), "volumes": A(S()),
+             "healthcheck": O({"test": {"type": ["string", "array"]}, "interval": S(pattern="^[0-9]+(ms|s|m|h)$"),
+                               "retries": I(minimum=0)})},
+            extra=False, patternProperties={"^x-": {}})
+auto("docker-compose-like (services, x- extensions)", O({
+    "version": S(), "services": {"type": "object", "additionalProperties": SERVICE, "minProperties": 1},
+    "volumes": {"type": "object", "additionalProperties": {"type": ["object", "null"]}},
+    "networks": {"type": "object"}}, ["services"], False, patternProperties={"^x-": {}}),
+     [{"services": {"web": {"image": "nginx", "ports": ["8080:80", 443]}}},
+      {"version": "3.9", "x-common": {"anything": [1, {"a": None}]},
+       "services": {"db": {"image": "postgres:16", "environment": {"POSTGRES_PASSWORD": "x", "PGPORT": 5432},
+                           "healthcheck": {"test": ["CMD", "pg_isready"], "interval": "10s", "retries": 5}},
+                    "app": {"build": {"context": "."}, "depends_on": {"db": {"condition": "service_healthy"}},
+                            "environment": ["DEBUG=1", "TZ"], "restart": "unless-stopped", "x-note": "hi"}},
+       "volumes": {"pgdata": None}}],
+     [{"services": {}}, {"services": {"web": {"image": "n", "ports": ["eighty"]}}},
+      {"services": {"web": {"image": "n", "restart": "sometimes"}}}, {"services": {"web": {"image": "n"}}, "secretz": {}}])
+STEP = O({"name": S(), "id": S(), "uses": S(pattern="^[^@\\s]+@[^\\s]+$|^docker://|^\\./"), "run": S(),
+          "with": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}},
+          "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}},
+          "if": {"type": ["string", "boolean"]}, "continue-on-error": B(), "timeout-minutes": N(minimum=0)},
+         extra=False, oneOf=[{"required": ["uses"]}, {"required": ["run"]}])
+auto("github actions workflow-like (jobs, steps, matrix)", O({
+    "name": S(), "on": {"oneOf": [E("push", "pull_request", "workflow_dispatch", "release"),
+                                  A(E("push", "pull_request", "workflow_dispatch", "release"), minItems=1),
+                                  {"type": "object"}]},
+    "permissions": {"oneOf": [E("read-all", "write-all"), {"type": "object", "additionalProperties": E("read", "write", "none")}]},
+    "jobs": {"type": "object", "propertyNames": {"pattern": "^[_a-zA-Z][a-zA-Z0-9_-]*$"}, "minProperties": 1,
+             "additionalProperties": O({"runs-on": {"type": ["string", "array"]}, "needs": {"type": ["string", "array"]},
+                                        "strategy": O({"matrix": {"type": "object"}, "fail-fast": B(),
+                                                       "max-parallel": I(minimum=1)}),
+                                        "steps": A(STEP, minItems=1), "timeout-minutes": I(minimum=1, maximum=360)},
+                                       ["runs-on"])}}, ["on", "jobs"]),
+     [{"on": "push", "jobs": {"test": {"runs-on": "ubuntu-latest", "steps": [{"uses": "actions/checkout@v4"},
+                                                                           {"run": "make test"}]}}},
+      {"name": "CI", "on": {"push": {"branches": ["main"]}}, "permissions": {"contents": "read"},
+       "jobs": {"build": {"runs-on": ["self-hosted", "linux"], "strategy": {"matrix": {"py": ["3.10", "3.12"]}},
+                          "steps": [{"name": "setup", "uses": "actions/setup-python@v5", "with": {"python-version": 3.12}},
+                                    {"run": "pytest", "env": {"CI": True}, "if": "success()"}]},
+                "deploy": {"runs-on": "ubuntu-latest", "needs": "build", "timeout-minutes": 10}}}],
+     [{"on": "push", "jobs": {}}, {"on": "push", "jobs": {"1bad": {"runs-on": "x"}}},
+      {"on": "push", "jobs": {"t": {"runs-on": "x", "steps": [{"uses": "actions/checkout@v4", "run": "ls"}]}}},
+      {"on": "cron", "jobs": {"t": {"runs-on": "x"}}}])
+auto("prettierrc-like", O({"printWidth": I(minimum=1), "tabWidth": I(minimum=0), "useTabs": B(), "semi": B(),
+                           "singleQuote": B(), "trailingComma": E("all", "es5", "none"), "endOfLine": E("lf", "crlf", "cr", "auto"),
+                           "overrides": A(O({"files": {"type": ["string", "array"]}, "options": {"type": "object"}},
+                                            ["files"]))}, extra=False),
+     [{}, {"printWidth": 100, "semi": False, "trailingComma": "es5", "overrides": [{"files": "*.md", "options": {"proseWrap": "always"}}]}],
+     [{"trailingComma": "some"}, {"tabWidth": -2}, {"quoteProps": "as-needed"}])
+auto("renovate-like (packageRules, schedule)", O({
+    "extends": A(S()), "schedule": A(S()), "timezone": S(), "automerge": B(), "prConcurrentLimit": I(minimum=0),
+    "packageRules": A(O({"matchPackageNames": A(S()), "matchUpdateTypes": A(E("major", "minor", "patch", "pin", "digest"),
+                                                                            uniqueItems=True),
+                         "groupName": S(), "automerge": B(), "enabled": B()}, minProperties=1)),
+    "labels": A(S(), maxItems=10)}),
+     [{"extends": ["config:recommended"]},
+      {"schedule": ["before 5am on monday"], "packageRules": [{"matchUpdateTypes": ["minor", "patch"], "automerge": True},
+                                                             {"matchPackageNames": ["react"], "groupName": "react"}]}],
+     [{"packageRules": [{}]}, {"packageRules": [{"matchUpdateTypes": ["patch", "patch"]}]}, {"prConcurrentLimit": -1}])
+auto("dependabot.yml-like", O({"version": {"const": 2}, "updates": A(O({
+    "package-ecosystem": E("npm", "pip", "docker", "github-actions", "gomod", "cargo", "maven", "gradle", "bundler", "composer",
+                           "nuget", "terraform"),
+    "directory": S(pattern="^/"), "schedule": O({"interval": E("daily", "weekly", "monthly"), "day": E(
+        "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"), "time": S(pattern="^[0-2][0-9]:[0-5][0-9]$")},
+        ["interval"]),
+    "open-pull-requests-limit": I(minimum=0, maximum=10)}, ["package-ecosystem", "directory", "schedule"]), minItems=1)},
+    ["version", "updates"]),
+     [{"version": 2, "updates": [{"package-ecosystem": "pip", "directory": "/", "schedule": {"interval": "weekly"}}]},
+      {"version": 2, "updates": [{"package-ecosystem": "docker", "directory": "/app", "open-pull-requests-limit": 0,
+                                  "schedule": {"interval": "weekly", "day": "friday", "time": "04:30"}}]}],
+     [{"version": 1, "updates": [{"package-ecosystem": "pip", "directory": "/", "schedule": {"interval": "weekly"}}]},
+      {"version": 2, "updates": [{"package-ecosystem": "pip", "directory": "app", "schedule": {"interval": "weekly"}}]},
+      {"version": 2, "updates": [{"package-ecosystem": "pip", "directory": "/", "schedule": {"interval": "hourly"}}]}])
+auto("composer.json-like (require map with patternProperties)", O({
+    "name": S(pattern="^[a-z0-9]([_.-]?[a-z0-9]+)*/[a-z0-9](([_.]?|-{0,2})[a-z0-9]+)*$"),
+    "type": S(), "license": {"type": ["string", "array"]},
+    "require": {"type": "object", "patternProperties": {"^php$": S(pattern="^[<>=~^ .0-9|*]+$"), "^ext-": S(),
+                                                        "^[a-z0-9-]+/[a-z0-9._-]+$": S()}, "additionalProperties": False},
+    "autoload": O({"psr-4": {"type": "object", "additionalProperties": {"type": ["string", "array"]}}}),
+    "minimum-stability": E("dev", "alpha", "beta", "RC", "stable")}, ["name"]),
+     [{"name": "acme/http-client"}, {"name": "vendor/pkg", "require": {"php": ">=8.1", "ext-json": "*", "guzzlehttp/guzzle": "^7.0"},
+                                     "autoload": {"psr-4": {"Acme\\\\": "src/"}}, "minimum-stability": "stable"}],
+     [{"name": "NoSlash"}, {"name": "a/b", "require": {"Guzzle": "^7"}}, {"name": "a/b", "require": {"php": "latest"}}])
+auto("Cargo.toml-like (features, dependency table or string)", O({
+    "package": O({"name": S(pattern="^[a-zA-Z][a-zA-Z0-9_-]*$"), "version": S(pattern="^[0-9]+\\.[0-9]+\\.[0-9]+"),
+                  "edition": E("2015", "2018", "2021", "2024"), "authors": A(S()), "publish": {"type": ["boolean", "array"]}},
+                 ["name"]),
+    "dependencies": {"type": "object", "additionalProperties": {"anyOf": [S(), O({
+        "version": S(), "path": S(), "git": S(format="uri"), "features": A(S()), "optional": B(),
+        "default-features": B()}, minProperties=1)]}},
+    "features": {"type": "object", "additionalProperties": A(S())}}, ["package"]),
+     [{"package": {"name": "hello", "version": "0.1.0", "edition": "2021"}},
+      {"package": {"name": "srv"}, "dependencies": {"serde": {"version": "1", "features": ["derive"]}, "tokio": "1.37"},
+       "features": {"default": ["std"], "std": []}}],
+     [{"package": {"name": "1st"}}, {"package": {"name": "a", "edition": "2020"}}, {"package": {"name": "a"}, "dependencies": {"x": {}}}])
+auto("pyproject-like (PEP 621 project table)", O({"project": O({
+    "name": S(pattern="^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", **{"$comment": "PEP 508 names, case-insensitive"}),
+    "version": S(), "requires-python": S(), "dependencies": A(S()),
+    "optional-dependencies": {"type": "object", "additionalProperties": A(S())},
+    "authors": A(O({"name": S(), "email": S(format="email")}, minProperties=1)),
+    "scripts": {"type": "object", "additionalProperties": S(pattern="^[A-Za-z_][\\w.]*:[A-Za-z_][\\w.]*$")},
+    "dynamic": A(E("version", "description", "readme", "dependencies"), uniqueItems=True)}, ["name"]),
+    "build-system": O({"requires": A(S()), "build-backend": S()}, ["requires"]), "tool": {"type": "object"}}),
+     [{"project": {"name": "SPRIG", "version": "0.1"}},
+      {"project": {"name": "A1", "dynamic": ["version"], "scripts": {"cli": "pkg.cli:main"},
+                   "authors": [{"email": "x@y.example"}], "optional-dependencies": {"dev": ["pytest"]}},
+       "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"}, "tool": {"ruff": {"line-length": 110}}}],
+     [{"project": {"name": "-bad"}}, {"project": {"name": "A", "scripts": {"cli": "main"}}},
+      {"project": {"name": "A", "dynamic": ["version", "version"]}}, {"build-system": {}}])
+auto("jest config-like (coverageThreshold, testEnvironment)", O({
+    "testEnvironment": E("node", "jsdom"), "roots": A(S()), "testMatch": A(S()), "transform": {"type": "object"},
+    "moduleNameMapper": {"type": "object", "additionalProperties": {"type": ["string", "array"]}},
+    "collectCoverage": B(), "coverageThreshold": O({"global": O({k: N(minimum=0, maximum=100) for k in
+                                                                 ("branches", "functions", "lines", "statements")}, extra=False)}),
+    "maxWorkers": {"oneOf": [I(minimum=1), S(pattern="^[0-9]+%$")]}}, extra=False),
+     [{"testEnvironment": "jsdom"}, {"collectCoverage": True, "coverageThreshold": {"global": {"lines": 80, "branches": 70.5}},
+                                     "maxWorkers": "50%", "moduleNameMapper": {"^@/(.*)$": "<rootDir>/src/$1"}}],
+     [{"coverageThreshold": {"global": {"lines": 101}}}, {"maxWorkers": 0}, {"testEnvironment": "browser"}])
+auto("VS Code launch.json-like (configurations by type)", O({"version": {"const": "0.2.0"}, "configurations": A(O({
+    "type": S(), "request": E("launch", "attach"), "name": S(minLength=1), "program": S(), "args": A(S()), "port": I(minimum=1,
+                                                                                                                     maximum=65535),
+    "env": {"type": "object", "additionalProperties": {"type": ["string", "null"]}}, "console": E("internalConsole",
+                                                                                                   "integratedTerminal",
+                                                                                                   "externalTerminal")},
+    ["type", "request", "name"], **{"if": {"properties": {"request": {"const": "attach"}}}, "then": {"required": ["port"]}}))},
+    ["configurations"]),
+     [{"configurations": []}, {"version": "0.2.0", "configurations": [
+         {"type": "python", "request": "launch", "name": "Run", "program": "${file}", "console": "integratedTerminal"},
+         {"type": "node", "request": "attach", "name": "Attach", "port": 9229, "env": {"A": None}}]}],
+     [{"configurations": [{"type": "node", "request": "attach", "name": "A"}]},
+      {"configurations": [{"type": "node", "request": "debug", "name": "A"}]}, {"version": "1.0", "configurations": []}])
+auto("devcontainer.json-like", O({"name": S(), "image": S(), "build": O({"dockerfile": S(), "context": S()}),
+                                  "features": {"type": "object", "additionalProperties": {"type": ["object", "string", "boolean"]}},
+                                  "forwardPorts": A({"type": ["integer", "string"]}, maxItems=10),
+                                  "postCreateCommand": {"type": ["string", "array"]}, "remoteUser": S(),
+                                  "customizations": {"type": "object"}},
+                                 anyOf=[{"required": ["image"]}, {"required": ["build"]}]),
+     [{"image": "mcr.microsoft.com/devcontainers/python:3.12"},
+      {"name": "dev", "build": {"dockerfile": "Dockerfile"}, "features": {"ghcr.io/devcontainers/features/node:1": {}},
+       "forwardPorts": [3000, "db:5432"], "customizations": {"vscode": {"extensions": ["ms-python.python"]}}}],
+     [{"name": "no image"}, {"image": "x", "forwardPorts": [True]}, {"image": "x", "postCreateCommand": 5}])
+auto("terraform variables.json-like (validation by type)", O({"variable": {"type": "object", "additionalProperties": O({
+    "type": S(pattern="^(string|number|bool|list\\(.+\\)|map\\(.+\\)|object\\(.*\\)|any)$"), "default": {},
+    "description": S(), "sensitive": B(), "nullable": B()})}}, ["variable"]),
+     [{"variable": {}}, {"variable": {"region": {"type": "string", "default": "eu-west-1"},
+                                      "tags": {"type": "map(string)", "default": {"team": "core"}, "sensitive": False}}}],
+     [{"variable": {"x": {"type": "str"}}}, {"variable": {"x": {"sensitive": "no"}}}, {}])
+auto("serverless.yml-like (functions, events oneOf)", O({
+    "service": S(pattern="^[a-zA-Z][0-9a-zA-Z-]+$"), "provider": O({"name": E("aws", "azure", "google"), "runtime": S(),
+                                                                   "region": S(), "memorySize": I(minimum=128, maximum=10240,
+                                                                                                  multipleOf=64)}, ["name"]),
+    "functions": {"type": "object", "additionalProperties": O({"handler": S(), "timeout": I(minimum=1, maximum=900),
+                                                               "events": A({"oneOf": [O({"http": O({"path": S(), "method": S()},
+                                                                                                   ["path", "method"])},
+                                                                                        ["http"], False),
+                                                                                      O({"schedule": S()}, ["schedule"], False),
+                                                                                      O({"sqs": {"type": ["string", "object"]}},
+                                                                                        ["sqs"], False)]})},
+                                                              ["handler"])}}, ["service", "provider"]),
+     [{"service": "api", "provider": {"name": "aws"}},
+      {"service": "orders-api", "provider": {"name": "aws", "runtime": "python3.12", "memorySize": 512},
+       "functions": {"create": {"handler": "h.create", "timeout": 30, "events": [{"http": {"path": "/o", "method": "post"}},
+                                                                                 {"schedule": "rate(5 minutes)"}]}}}],
+     [{"service": "api", "provider": {"name": "aws", "memorySize": 500}},
+      {"service": "api", "provider": {"name": "aws"}, "functions": {"f": {"handler": "h", "events": [{"http": {"path": "/"}}]}}},
+      {"service": "api", "provider": {"name": "aws"}, "functions": {"f": {"handler": "h", "events": [{"sns": "t"}]}}}])
+auto("nginx-like upstream config (ipv4/hostname servers, weights)", O({"upstreams": A(O({
+    "name": S(pattern="^[a-z_]+$"), "strategy": E("round_robin", "least_conn", "ip_hash"),
+    "servers": A(O({"host": {"anyOf": [S(format="ipv4"), S(format="hostname")]}, "port": I(minimum=1, maximum=65535),
+                    "weight": I(minimum=1, maximum=100), "backup": B()}, ["host", "port"], False), minItems=1, maxItems=10)},
+    ["name", "servers"]))}, ["upstreams"]),
+     [{"upstreams": []}, {"upstreams": [{"name": "app", "strategy": "least_conn", "servers": [
+         {"host": "10.0.0.5", "port": 8080, "weight": 3}, {"host": "app-2.internal", "port": 8080, "backup": True}]}]}],
+     [{"upstreams": [{"name": "app", "servers": []}]}, {"upstreams": [{"name": "app", "servers": [{"host": "10.0.0.5"}]}]},
+      {"upstreams": [{"name": "app", "servers": [{"host": "a b", "port": 1}]}]}])
+auto("openapi document skeleton (paths patternProperties)", O({
+    "openapi": S(pattern="^3\\.[01]\\.[0-9]+$"), "info": O({"title": S(), "version": S()}, ["title", "version"]),
+    "paths": {"type": "object", "patternProperties": {"^/": {"type": "object", "propertyNames": {"enum": [
+        "get", "put", "post", "delete", "options", "head", "patch", "trace", "parameters", "summary", "description"]}},
+        "^x-": {}}, "additionalProperties": False}}, ["openapi", "info", "paths"]),
+     [{"openapi": "3.1.0", "info": {"title": "Pets", "version": "1"}, "paths": {}},
+      {"openapi": "3.0.3", "info": {"title": "T", "version": "2"}, "paths": {"/pets": {"get": {"responses": {"200": {}}}},
+                                                                           "x-internal": True}}],
+     [{"openapi": "2.0", "info": {"title": "T", "version": "1"}, "paths": {}},
+      {"openapi": "3.1.0", "info": {"title": "T", "version": "1"}, "paths": {"pets": {}}},
+      {"openapi": "3.1.0", "info": {"title": "T", "version": "1"}, "paths": {"/pets": {"fetch": {}}}}])
+
 # PLACEHOLDER
 
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
