@@ -1108,6 +1108,201 @@ auto("openapi document skeleton (paths patternProperties)", O({
       {"openapi": "3.1.0", "info": {"title": "T", "version": "1"}, "paths": {"pets": {}}},
       {"openapi": "3.1.0", "info": {"title": "T", "version": "1"}, "paths": {"/pets": {"fetch": {}}}}])
 
+
+# ---- Snowplow-like self-describing events (vendor `self`, iglu $schema, int formats) ----------------------
+IGLU = "http://iglucentral.com/schemas/com.snowplowanalytics.self-desc/schema/jsonschema/1-0-0#"
+
+
+def event(vendor, name, props, required, valid, invalid, version="1-0-0"):
+    schema = {"$schema": IGLU, "self": {"vendor": vendor, "name": name, "format": "jsonschema", "version": version},
+              "description": f"{name} event", **O(props, required, False)}
+    schema.pop("$schema")  # why: an iglu meta-schema URI is not a draft sprig knows; real pipelines strip it
+    auto(f"snowplow-like: {vendor}/{name}", schema, valid, invalid)
+
+
+event("com.acme", "add_to_cart", {"sku": S(maxLength=64), "quantity": I(minimum=1, maximum=32767), "unitPrice": N(minimum=0),
+                                  "currency": S(minLength=3, maxLength=3)}, ["sku", "quantity"],
+      [{"sku": "SKU-1", "quantity": 1}, {"sku": "A", "quantity": 3, "unitPrice": 9.99, "currency": "EUR"}],
+      [{"sku": "A", "quantity": 0}, {"sku": "A", "quantity": 1, "currency": "EURO"}])
+event("com.acme", "page_ping", {"min_x": I(minimum=0, maximum=2147483647), "max_x": I(minimum=0, maximum=2147483647),
+                                "min_y": I(minimum=0), "max_y": I(minimum=0)}, ["min_x", "max_x", "min_y", "max_y"],
+      [{"min_x": 0, "max_x": 1280, "min_y": 0, "max_y": 4000}, {"min_x": 5, "max_x": 5, "min_y": 9, "max_y": 9}],
+      [{"min_x": 0, "max_x": 2147483648, "min_y": 0, "max_y": 0}, {"min_x": -1, "max_x": 0, "min_y": 0, "max_y": 0}])
+event("io.example", "link_click", {"targetUrl": S(format="uri", minLength=1), "elementId": S(), "elementClasses": A(S()),
+                                   "elementTarget": S(), "elementContent": {"type": ["string", "null"], "maxLength": 4096}},
+      ["targetUrl"], [{"targetUrl": "https://example.com/a?b=c"}, {"targetUrl": "mailto:x@y.example", "elementClasses": ["btn"],
+                                                                  "elementContent": None}],
+      [{"targetUrl": "example dot com"}, {"targetUrl": "https://e.example", "elementClasses": "btn"}])
+event("io.example", "search", {"terms": A(S(), minItems=1), "filters": {"type": "object", "additionalProperties": {
+    "type": ["string", "boolean"]}}, "totalResults": I(minimum=0, maximum=2147483647), "pageResults": I(minimum=0)},
+      ["terms"], [{"terms": ["red", "shoes"]}, {"terms": ["x"], "filters": {"size": "9", "inStock": True}, "totalResults": 10}],
+      [{"terms": []}, {"terms": ["x"], "filters": {"price": 10}}])
+event("com.acme.mobile", "screen_view", {"name": S(maxLength=255), "id": S(format="uuid"), "type": S(),
+                                         "previousName": S(), "transitionType": E("push", "pop", "modal", None)},
+      ["name", "id"], [{"name": "Home", "id": "9b2a1f9e-1c1a-4c5e-8f3a-0b1c2d3e4f50"},
+                       {"name": "Cart", "id": "9b2a1f9e-1c1a-4c5e-8f3a-0b1c2d3e4f51", "transitionType": None}],
+      [{"name": "Home", "id": "not-a-uuid"}, {"name": "Home", "id": "9b2a1f9e-1c1a-4c5e-8f3a-0b1c2d3e4f50", "transitionType": "fade"}])
+event("com.acme", "video_progress", {"videoId": S(), "percent": I(minimum=0, maximum=100, multipleOf=25),
+                                     "positionS": N(minimum=0), "muted": B()}, ["videoId", "percent"],
+      [{"videoId": "v1", "percent": 25}, {"videoId": "v2", "percent": 100, "positionS": 301.5, "muted": True}],
+      [{"videoId": "v1", "percent": 30}, {"videoId": "v1", "percent": 125}])
+event("com.acme", "experiment_exposure", {"experiment": S(pattern="^[a-z0-9_]+$"), "variant": E("control", "a", "b", "c"),
+                                          "bucket": I(minimum=0, maximum=999)}, ["experiment", "variant"],
+      [{"experiment": "new_checkout", "variant": "a"}, {"experiment": "x1", "variant": "control", "bucket": 999}],
+      [{"experiment": "New Checkout", "variant": "a"}, {"experiment": "x", "variant": "d"}])
+event("com.acme", "app_error", {"message": S(maxLength=2048), "stackTrace": {"type": ["string", "null"]},
+                                "severity": E("debug", "info", "warn", "error", "fatal"), "lineNumber": I(minimum=0),
+                                "threadId": I(format="int32")}, ["message", "severity"],
+      [{"message": "boom", "severity": "error"}, {"message": "NPE", "severity": "fatal", "stackTrace": None, "lineNumber": 42}],
+      [{"message": "x", "severity": "critical"}, {"message": "x", "severity": "warn", "threadId": 4294967296}])
+event("com.acme", "transaction", {"orderId": S(), "revenue": N(minimum=0), "tax": N(minimum=0), "shipping": N(minimum=0),
+                                  "items": A(O({"sku": S(), "price": N(minimum=0), "quantity": I(minimum=1)},
+                                               ["sku", "price", "quantity"], False), maxItems=10)},
+      ["orderId", "revenue"], [{"orderId": "o1", "revenue": 0}, {"orderId": "o2", "revenue": 120.5, "tax": 20.08, "items": [
+          {"sku": "A", "price": 60.25, "quantity": 2}]}],
+      [{"orderId": "o", "revenue": 1, "items": [{"sku": "A", "price": 1}]}, {"orderId": "o", "revenue": -0.5}])
+event("com.acme", "consent_granted", {"basisForProcessing": E("consent", "contract", "legal_obligation", "vital_interests",
+                                                              "public_task", "legitimate_interests"),
+                                      "documentIds": A(S(), minItems=1), "expiry": S(format="date-time"),
+                                      "gdprApplies": B()}, ["basisForProcessing", "documentIds"],
+      [{"basisForProcessing": "consent", "documentIds": ["d1"]},
+       {"basisForProcessing": "contract", "documentIds": ["a", "b"], "expiry": "2030-01-01T00:00:00Z", "gdprApplies": True}],
+      [{"basisForProcessing": "because", "documentIds": ["d"]}, {"basisForProcessing": "consent", "documentIds": ["d"],
+                                                                "expiry": "2030-01-01"}])
+
+
+# ---- vendor keywords and the keywords issue 15 saw refused -------------------------------------------------
+auto("vendor: _format and _uniqueItems (underscored keywords are annotations)", O({
+    "ts": S(_format="date-time"), "tags": A(S(), _uniqueItems=True), "count": I(minimum=0)}, ["ts"]),
+     [{"ts": "not a date, _format is no format"}, {"ts": "x", "tags": ["a", "a"], "count": 1}],
+     [{"ts": 1}, {"ts": "x", "count": -1}])
+auto("vendor: esri layer definition (esriDocumentation, links, version)", O({
+    "currentVersion": N(minimum=10), "id": I(minimum=0), "name": S(), "type": E("Feature Layer", "Table", "Group Layer"),
+    "geometryType": E("esriGeometryPoint", "esriGeometryMultipoint", "esriGeometryPolyline", "esriGeometryPolygon",
+                      "esriGeometryEnvelope"),
+    "extent": O({"xmin": N(), "ymin": N(), "xmax": N(), "ymax": N(), "spatialReference": O({"wkid": I(), "latestWkid": I()})},
+                ["xmin", "ymin", "xmax", "ymax"]),
+    "fields": A(O({"name": S(), "type": E("esriFieldTypeOID", "esriFieldTypeString", "esriFieldTypeInteger",
+                                          "esriFieldTypeDouble", "esriFieldTypeDate"), "alias": S(),
+                   "length": I(minimum=1)}, ["name", "type"]))}, ["id", "name", "type"],
+    esriDocumentation={"pageType": "layer", "url": "https://developers.example.com/layer"},
+    links=[{"rel": "describedby", "href": "https://example.com/layer.json"}], version="10.9"),
+     [{"id": 0, "name": "Parcels", "type": "Feature Layer"},
+      {"currentVersion": 11.1, "id": 3, "name": "Roads", "type": "Feature Layer", "geometryType": "esriGeometryPolyline",
+       "extent": {"xmin": -180, "ymin": -90, "xmax": 180, "ymax": 90, "spatialReference": {"wkid": 4326}},
+       "fields": [{"name": "OBJECTID", "type": "esriFieldTypeOID"}, {"name": "NAME", "type": "esriFieldTypeString", "length": 50}]}],
+     [{"id": 0, "name": "P", "type": "Raster Layer"}, {"id": 0, "name": "P", "type": "Table", "fields": [{"name": "x",
+                                                                                                           "type": "text"}]},
+      {"id": 0, "name": "P", "type": "Table", "extent": {"xmin": 0}}])
+auto("vendor: hyper-schema-like links and readonly (lowercase)", O({
+    "id": I(minimum=1, readonly=True), "title": S(minLength=1), "done": B()}, ["title"],
+    links=[{"rel": "self", "href": "/todos/{id}", "method": "GET"}, {"rel": "edit", "href": "/todos/{id}", "method": "PUT",
+                                                                    "schema": {"$ref": "#"}}]),
+     [{"title": "write tests"}, {"id": 3, "title": "x", "done": True}], [{"title": ""}, {"id": 0, "title": "x"}])
+auto("vendor: `name` and `version` keywords on a form schema", {"name": "contact_form", "version": 3, "type": "object",
+                                                                "properties": {"name": S(minLength=1, name="Full name"),
+                                                                               "email": S(format="email", name="E-mail"),
+                                                                               "message": S(maxLength=1000)},
+                                                                "required": ["name", "email"]},
+     [{"name": "Ada", "email": "ada@example.com"}, {"name": "B", "email": "b@example.org", "message": "hello"}],
+     [{"name": "", "email": "a@example.com"}, {"name": "Ada", "email": "ada at example.com"}])
+auto("vendor: AsyncAPI-like message with x-parser and example", O({
+    "headers": O({"correlationId": S(format="uuid"), "retries": I(minimum=0, maximum=5)}, ["correlationId"]),
+    "payload": O({"lumens": I(minimum=0, example=300), "sentAt": S(format="date-time")}, ["lumens"])},
+    ["payload"], **{"x-parser-message-name": "lightMeasured", "example": {"payload": {"lumens": 5}}}),
+     [{"payload": {"lumens": 300}}, {"headers": {"correlationId": "123e4567-e89b-12d3-a456-426614174000", "retries": 1},
+                                     "payload": {"lumens": 0, "sentAt": "2024-04-01T12:00:00Z"}}],
+     [{"payload": {"lumens": -5}}, {"headers": {"correlationId": "abc"}, "payload": {"lumens": 1}}])
+auto("vendor: JSON Forms-like (ui hints beside constraints)", O({
+    "firstName": S(minLength=3, **{"x-ui": {"widget": "text"}}), "age": I(minimum=18, maximum=120, ui={"widget": "slider"}),
+    "vegetarian": B(), "birthDate": S(format="date"), "nationality": E("DE", "IT", "JP", "US", "Other", enumNames=[
+        "Germany", "Italy", "Japan", "USA", "Other"])}, ["firstName"]),
+     [{"firstName": "Max"}, {"firstName": "Maria", "age": 35, "vegetarian": True, "birthDate": "1989-06-01", "nationality": "IT"}],
+     [{"firstName": "Mo"}, {"firstName": "Max", "age": 17}, {"firstName": "Max", "birthDate": "1989-13-01"}])
+
+
+# ---- draft-4 documents (id, definitions, boolean exclusive bounds) -----------------------------------------
+auto("draft-4: product with boolean exclusiveMinimum and id", {"$schema": D4, "id": "http://example.com/product.json#",
+                                                                "title": "Product", "type": "object",
+                                                                "properties": {"id": I(), "name": S(),
+                                                                               "price": N(minimum=0, exclusiveMinimum=True),
+                                                                               "tags": A(S(), minItems=1),
+                                                                               "dimensions": O({"length": N(), "width": N(),
+                                                                                                "height": N()},
+                                                                                               ["length", "width", "height"])},
+                                                                "required": ["id", "name", "price"]},
+     [{"id": 1, "name": "A green door", "price": 12.5, "tags": ["home"]},
+      {"id": 2, "name": "x", "price": 0.01, "dimensions": {"length": 7, "width": 12, "height": 9.5}}],
+     [{"id": 1, "name": "x", "price": 0}, {"id": 1, "name": "x", "price": 1, "tags": []},
+      {"id": 1, "name": "x", "price": 1, "dimensions": {"length": 1}}])
+auto("draft-4: fstab-like (definitions, oneOf storage kinds, patternProperties)", {
+    "$schema": D4, "id": "http://example.com/fstab#", "type": "object", "required": ["/"],
+    "properties": {"/": {"$ref": "#/definitions/mntent"}},
+    "patternProperties": {"^(/[^/]+)+$": {"$ref": "#/definitions/mntent"}}, "additionalProperties": False,
+    "definitions": {"mntent": {"type": "object", "properties": {
+        "storage": {"oneOf": [O({"type": {"enum": ["disk"]}, "device": S(pattern="^/dev/[^/]+(/[^/]+)*$")},
+                                ["type", "device"], False),
+                              O({"type": {"enum": ["nfs"]}, "remotePath": S(pattern="^(/[^/]+)+$"),
+                                 "server": {"anyOf": [S(format="hostname"), S(format="ipv4")]}},
+                                ["type", "server", "remotePath"], False),
+                              O({"type": {"enum": ["tmpfs"]}, "sizeInMB": I(minimum=16, maximum=512)},
+                                ["type", "sizeInMB"], False)]},
+        "fstype": E("ext3", "ext4", "btrfs"), "options": A(S(), minItems=1), "readonly": B()},
+        "required": ["storage"], "additionalProperties": False}}},
+     [{"/": {"storage": {"type": "disk", "device": "/dev/sda1"}, "fstype": "btrfs", "readonly": True}},
+      {"/": {"storage": {"type": "disk", "device": "/dev/sda1"}},
+       "/var/www": {"storage": {"type": "nfs", "server": "my.nfs.server", "remotePath": "/exports/mypath"}},
+       "/tmp": {"storage": {"type": "tmpfs", "sizeInMB": 64}, "options": ["nosuid"]}}],
+     [{"/tmp": {"storage": {"type": "tmpfs", "sizeInMB": 64}}},
+      {"/": {"storage": {"type": "tmpfs", "sizeInMB": 1024}}},
+      {"/": {"storage": {"type": "disk", "device": "/dev/sda1"}}, "tmp": {"storage": {"type": "tmpfs", "sizeInMB": 64}}},
+      {"/": {"storage": {"type": "nfs", "server": "x", "remotePath": "/a", "device": "/dev/x"}}}])
+auto("draft-4: swagger 2.0 definitions (x-nullable, dependencies)", {
+    "$schema": D4, "id": "http://example.com/swagger-order", "type": "object", "definitions": {
+        "Address": O({"line1": S(), "city": S(), "postcode": S(), "country": S(pattern="^[A-Z]{2}$")}, ["line1", "city", "country"])},
+    "properties": {"shipping": {"$ref": "#/definitions/Address"}, "billing": {"$ref": "#/definitions/Address",
+                                                                              "x-nullable": True},
+                   "gift": B(), "giftMessage": S(maxLength=200)},
+    "dependencies": {"giftMessage": ["gift"], "billing": {"required": ["shipping"]}}},
+     [{"shipping": {"line1": "1 Way", "city": "Oslo", "country": "NO"}},
+      {"shipping": {"line1": "a", "city": "b", "country": "SE"}, "billing": {"line1": "c", "city": "d", "country": "SE"},
+       "gift": True, "giftMessage": "Happy birthday"}],
+     [{"giftMessage": "hi"}, {"billing": {"line1": "c", "city": "d", "country": "SE"}},
+      {"shipping": {"line1": "a", "city": "b", "country": "sweden"}}])
+auto("draft-4: enum-heavy config with id-based $ref", {"$schema": D4, "id": "http://example.com/root.json", "definitions": {
+    "level": {"id": "#level", "enum": ["trace", "debug", "info", "warn", "error", "fatal", "off"]}},
+    "type": "object", "properties": {"root": {"$ref": "#level"}, "loggers": {"type": "object",
+                                                                             "additionalProperties": {"$ref": "#level"}},
+                                     "appenders": A(E("console", "file", "syslog"), uniqueItems=True)}},
+     [{"root": "info"}, {"root": "warn", "loggers": {"com.acme.db": "debug"}, "appenders": ["console", "file"]}],
+     [{"root": "verbose"}, {"loggers": {"x": "loud"}}, {"appenders": ["file", "file"]}])
+auto("draft-4: JSON Feed-like (id, author object, items)", {"$schema": D4, "id": "http://example.com/feed.json",
+                                                           "type": "object", "required": ["version", "title", "items"],
+                                                           "properties": {"version": S(pattern="^https://jsonfeed.org/version/1(\\.1)?$"),
+                                                                          "title": S(), "home_page_url": S(format="uri"),
+                                                                          "items": A(O({"id": S(), "url": S(format="uri"),
+                                                                                        "content_html": S(), "content_text": S(),
+                                                                                        "date_published": S(format="date-time"),
+                                                                                        "tags": A(S())}, ["id"],
+                                                                                       anyOf=[{"required": ["content_html"]},
+                                                                                              {"required": ["content_text"]}]))}},
+     [{"version": "https://jsonfeed.org/version/1.1", "title": "Blog", "items": []},
+      {"version": "https://jsonfeed.org/version/1", "title": "B", "items": [
+          {"id": "1", "content_text": "hi", "date_published": "2024-01-01T00:00:00Z", "tags": ["a"]}]}],
+     [{"version": "1.1", "title": "B", "items": []}, {"version": "https://jsonfeed.org/version/1", "title": "B",
+                                                      "items": [{"id": "1"}]}])
+auto("draft-6: const and propertyNames (Web App Manifest-like)", {"$schema": "http://json-schema.org/draft-06/schema#",
+                                                                  "type": "object", "properties": {
+    "name": S(), "short_name": S(maxLength=12), "start_url": S(), "display": E("fullscreen", "standalone", "minimal-ui", "browser"),
+    "theme_color": S(pattern="^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$"),
+    "icons": A(O({"src": S(), "sizes": S(pattern="^([0-9]+x[0-9]+( |$))+|any$"), "type": S(),
+                  "purpose": S(pattern="^(monochrome|maskable|any)( (monochrome|maskable|any))*$")}, ["src"]))},
+    "propertyNames": {"not": {"const": "manifest_version"}}},
+     [{"name": "App", "display": "standalone"},
+      {"name": "A", "short_name": "A", "theme_color": "#fff", "icons": [{"src": "/i.png", "sizes": "192x192 512x512",
+                                                                         "purpose": "any maskable"}]}],
+     [{"manifest_version": 2}, {"short_name": "way too long name"}, {"theme_color": "blue"}])
+
 # PLACEHOLDER
 
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
