@@ -38,7 +38,7 @@ add("openapi: Pet (draft-4 id, readOnly, x-*)", {"$schema": "http://json-schema.
 add("openapi: Error with definitions", {"definitions": {"code": {"type": "integer", "minimum": 100, "maximum": 599}},
     "type": "object", "properties": {"code": {"$ref": "#/definitions/code"}, "message": {"type": "string"}},
     "required": ["code", "message"]},
-    [{"code": 404, "message": "not found"}], [{"code": 99, "message": "x"}, {"code": 404}])
+    [{"code": 404, "message": "not found"}, {"code": 503, "message": "", "details": [1]}], [{"code": 99, "message": "x"}, {"code": 404}])
 add("kubernetes: ConfigMap-like", {"type": "object", "properties": {
     "apiVersion": {"type": "string", "const": "v1"}, "kind": {"const": "ConfigMap"},
     "metadata": {"type": "object", "properties": {"name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
@@ -46,7 +46,8 @@ add("kubernetes: ConfigMap-like", {"type": "object", "properties": {
                  "required": ["name"], "x-kubernetes-preserve-unknown-fields": True},
     "data": {"type": "object", "additionalProperties": {"type": "string"}, "x-kubernetes-map-type": "granular"}},
     "required": ["apiVersion", "kind", "metadata"]},
-    [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"a": "1"}}],
+    [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"a": "1"}},
+     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"app": "web"}, "extra": [1]}}],
     [{"apiVersion": "v2", "kind": "ConfigMap", "metadata": {"name": "x"}},
      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}])
 add("kubernetes: container resources (patternProperties)", {"type": "object", "properties": {
@@ -80,15 +81,16 @@ add("snowplow-like event (vendor self, int formats)", {"self": {"vendor": "com.a
     "type": "object", "properties": {"element": {"type": "string", "maxLength": 255},
                                      "x": {"type": "integer", "minimum": 0, "maximum": 65535}, "ts": {"type": "string", "format": "date-time"}},
     "required": ["element"], "additionalProperties": False},
-    [{"element": "button", "x": 12, "ts": "2024-01-02T03:04:05Z"}], [{"element": "b", "x": -1}, {"element": "b", "ts": "yesterday"}])
+    [{"element": "button", "x": 12, "ts": "2024-01-02T03:04:05Z"}, {"element": "", "x": 65535}], [{"element": "b", "x": -1}, {"element": "b", "ts": "yesterday"}])
 add("recursive tree ($ref)", {"$defs": {"node": {"type": "object", "properties": {"name": {"type": "string"},
     "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["name"], "additionalProperties": False}},
     "$ref": "#/$defs/node"},
-    [{"name": "a", "children": [{"name": "b", "children": [{"name": "c", "children": [{"name": "d", "children": [{"name": "e"}]}]}]}]}],
+    [{"name": "a", "children": [{"name": "b", "children": [{"name": "c", "children": [{"name": "d", "children": [{"name": "e"}]}]}]}]},
+     {"name": "leaf", "children": []}],
     [{"name": "a", "children": [{"children": []}]}, {"name": "a", "extra": 1}])
 add("unconstrained payload (any depth)", {"type": "object", "properties": {"event": {"type": "string"}, "payload": {}},
     "required": ["event", "payload"]},
-    [{"event": "e", "payload": {"a": [{"b": {"c": [[[{"d": None}]]]}}]}}], [{"event": "e"}, {"payload": 1}])
+    [{"event": "e", "payload": {"a": [{"b": {"c": [[[{"d": None}]]]}}]}}, {"event": "f", "payload": None, "more": {"x": [[]]}}], [{"event": "e"}, {"payload": 1}])
 add("github issue labels (uniqueItems over an enum)", {"type": "object", "properties": {
     "labels": {"type": "array", "items": {"enum": ["bug", "docs", "feature", "question"]}, "uniqueItems": True},
     "assignees": {"type": "array", "items": {"type": "string"}, "maxItems": 10}}},
@@ -104,7 +106,7 @@ add("feature flags (propertyNames, min/maxProperties)", {"type": "object", "prop
     [{"dark_mode": True}, {"a": False, "b1": True}], [{}, {"Dark": True}, {"a": 1}])
 add("email + length (format x maxLength)", {"type": "object", "properties": {"email": {"type": "string", "format": "email", "maxLength": 40},
     "homepage": {"type": "string", "format": "uri", "maxLength": 60}}, "required": ["email"]},
-    [{"email": "ada@example.com", "homepage": "https://example.com/ada"}], [{"email": "not an email"}, {"email": "a@b.co", "homepage": "no scheme"}])
+    [{"email": "ada@example.com", "homepage": "https://example.com/ada"}, {"email": "bob.smith+tag@mail.example.org"}], [{"email": "not an email"}, {"email": "a@b.co", "homepage": "no scheme"}])
 add("calendar event (if/then/else)", {"type": "object", "properties": {"allDay": {"type": "boolean"},
     "start": {"type": "string"}}, "required": ["allDay", "start"],
     "if": {"properties": {"allDay": {"const": True}}}, "then": {"properties": {"start": {"format": "date"}}},
@@ -120,7 +122,7 @@ add("chat message (discriminated anyOf)", {"type": "object", "anyOf": [
 add("contains (at least one primary)", {"type": "object", "properties": {"emails": {"type": "array", "items": {
     "type": "object", "properties": {"address": {"type": "string"}, "primary": {"type": "boolean"}}, "required": ["address"]},
     "contains": {"properties": {"primary": {"const": True}}, "required": ["primary"]}, "maxContains": 1}}},
-    [{"emails": [{"address": "a"}, {"address": "b", "primary": True}]}],
+    [{"emails": [{"address": "a"}, {"address": "b", "primary": True}]}, {}],
     [{"emails": [{"address": "a"}]}, {"emails": [{"address": "a", "primary": True}, {"address": "b", "primary": True}]}])
 add("openapi 3.1 nullable via type list", {"type": "object", "properties": {"nickname": {"type": ["string", "null"], "maxLength": 20},
     "age": {"type": ["integer", "null"], "minimum": 0}}},
@@ -136,7 +138,7 @@ add("esri-like layer (vendor keywords, links)", {"type": "object", "esriDocument
     "links": [{"rel": "self", "href": "/layers/{id}"}], "properties": {"id": {"type": "integer", "minimum": 0},
     "geometryType": {"enum": ["esriGeometryPoint", "esriGeometryPolygon"]}, "name": {"type": "string", "version": "2"}},
     "required": ["id", "geometryType"]},
-    [{"id": 0, "geometryType": "esriGeometryPoint"}], [{"id": -1, "geometryType": "esriGeometryPoint"}, {"id": 1}])
+    [{"id": 0, "geometryType": "esriGeometryPoint"}, {"id": 12, "geometryType": "esriGeometryPolygon", "name": "Lakes"}], [{"id": -1, "geometryType": "esriGeometryPoint"}, {"id": 1}])
 
 
 # ---- helpers for the families below ----------------------------------------------------------------------
@@ -1303,8 +1305,698 @@ auto("draft-6: const and propertyNames (Web App Manifest-like)", {"$schema": "ht
                                                                          "purpose": "any maskable"}]}],
      [{"manifest_version": 2}, {"short_name": "way too long name"}, {"theme_color": "blue"}])
 
-# PLACEHOLDER
+
+# ---- recursive trees -------------------------------------------------------------------------------------
+auto("recursive: comment thread (replies, $defs)", {"$defs": {"comment": O({
+    "id": I(minimum=1), "author": S(minLength=1), "body": S(maxLength=10000), "score": I(),
+    "replies": A({"$ref": "#/$defs/comment"}, maxItems=50)}, ["id", "author", "body"], False)},
+    "$ref": "#/$defs/comment"},
+     [{"id": 1, "author": "a", "body": "top"},
+      {"id": 1, "author": "a", "body": "x", "score": -2, "replies": [{"id": 2, "author": "b", "body": "y", "replies": [
+          {"id": 3, "author": "c", "body": "z", "replies": [{"id": 4, "author": "d", "body": "deep"}]}]}]}],
+     [{"id": 1, "author": "a", "body": "x", "replies": [{"id": 2, "author": "b", "body": "y", "replies": [{"id": 0,
+                                                                                                         "author": "c",
+                                                                                                         "body": "z"}]}]},
+      {"id": 1, "author": "a", "body": "x", "replies": [{"id": 2, "body": "no author"}]}])
+auto("recursive: file system (oneOf file | directory)", {"$defs": {"entry": {"oneOf": [
+    O({"type": {"const": "file"}, "name": S(pattern="^[^/]+$"), "size": I(minimum=0), "mode": S(pattern="^[0-7]{3,4}$")},
+      ["type", "name", "size"], False),
+    O({"type": {"const": "dir"}, "name": S(pattern="^[^/]+$"), "children": A({"$ref": "#/$defs/entry"})},
+      ["type", "name", "children"], False)]}}, "$ref": "#/$defs/entry"},
+     [{"type": "file", "name": "a.txt", "size": 3},
+      {"type": "dir", "name": "src", "children": [{"type": "file", "name": "main.py", "size": 120, "mode": "0644"},
+                                                  {"type": "dir", "name": "pkg", "children": [
+                                                      {"type": "dir", "name": "sub", "children": []}]}]}],
+     [{"type": "dir", "name": "a/b", "children": []}, {"type": "dir", "name": "x", "children": [{"type": "file", "name": "f"}]},
+      {"type": "file", "name": "f", "size": 1, "children": []}])
+auto("recursive: arithmetic AST (anyOf of node kinds)", {"$defs": {"expr": {"anyOf": [
+    O({"kind": {"const": "num"}, "value": N()}, ["kind", "value"], False),
+    O({"kind": {"const": "var"}, "name": S(pattern="^[a-z_][a-z0-9_]*$")}, ["kind", "name"], False),
+    O({"kind": {"const": "bin"}, "op": E("+", "-", "*", "/", "^"), "left": {"$ref": "#/$defs/expr"},
+       "right": {"$ref": "#/$defs/expr"}}, ["kind", "op", "left", "right"], False),
+    O({"kind": {"const": "call"}, "fn": E("sin", "cos", "sqrt", "max"), "args": A({"$ref": "#/$defs/expr"}, minItems=1,
+                                                                                  maxItems=4)},
+      ["kind", "fn", "args"], False)]}}, "$ref": "#/$defs/expr"},
+     [{"kind": "num", "value": 2.5},
+      {"kind": "bin", "op": "+", "left": {"kind": "var", "name": "x"},
+       "right": {"kind": "call", "fn": "max", "args": [{"kind": "num", "value": 1},
+                                                       {"kind": "bin", "op": "*", "left": {"kind": "num", "value": 2},
+                                                        "right": {"kind": "var", "name": "y_1"}}]}}],
+     [{"kind": "bin", "op": "%", "left": {"kind": "num", "value": 1}, "right": {"kind": "num", "value": 2}},
+      {"kind": "call", "fn": "sin", "args": []}, {"kind": "var", "name": "X"},
+      {"kind": "bin", "op": "+", "left": {"kind": "num", "value": 1}}])
+auto("recursive: boolean filter expression (and/or/not/leaf)", {"$schema": D7, "definitions": {"filter": {"oneOf": [
+    O({"and": A({"$ref": "#/definitions/filter"}, minItems=2)}, ["and"], False),
+    O({"or": A({"$ref": "#/definitions/filter"}, minItems=2)}, ["or"], False),
+    O({"not": {"$ref": "#/definitions/filter"}}, ["not"], False),
+    O({"field": S(), "op": E("eq", "ne", "lt", "gt", "in", "contains"), "value": {"type": ["string", "number", "boolean",
+                                                                                          "array"]}},
+      ["field", "op", "value"], False)]}}, "$ref": "#/definitions/filter"},
+     [{"field": "status", "op": "eq", "value": "open"},
+      {"and": [{"field": "age", "op": "gt", "value": 18}, {"not": {"or": [{"field": "c", "op": "in", "value": ["US", "CA"]},
+                                                                          {"field": "vip", "op": "eq", "value": True}]}}]}],
+     [{"and": [{"field": "a", "op": "eq", "value": 1}]}, {"not": {"field": "a", "op": "like", "value": "x"}},
+      {"field": "a", "op": "eq", "value": None}])
+auto("recursive: navigation menu (children, maxItems)", {"$defs": {"item": O({
+    "label": S(minLength=1, maxLength=40), "href": S(pattern="^(/|https?://)"), "icon": S(),
+    "children": A({"$ref": "#/$defs/item"}, maxItems=10)}, ["label"], False,
+    anyOf=[{"required": ["href"]}, {"required": ["children"]}])}, "type": "array", "items": {"$ref": "#/$defs/item"}},
+     [[], [{"label": "Home", "href": "/"}, {"label": "Docs", "children": [{"label": "API", "href": "/api"},
+                                                                          {"label": "Ext", "href": "https://x.example"}]}]],
+     [[{"label": "Orphan"}], [{"label": "", "href": "/"}], [{"label": "Rel", "href": "relative/path"}]])
+auto("recursive: org chart (reports, draft-4 definitions)", {"$schema": D4, "definitions": {"person": O({
+    "name": S(), "title": S(), "email": S(format="email"), "reports": A({"$ref": "#/definitions/person"})},
+    ["name", "title"])}, "$ref": "#/definitions/person"},
+     [{"name": "CEO", "title": "Chief"}, {"name": "A", "title": "CTO", "reports": [{"name": "B", "title": "Lead", "reports": [
+         {"name": "C", "title": "Eng", "email": "c@example.com"}]}]}],
+     [{"name": "A", "title": "T", "reports": [{"name": "B"}]}, {"name": "A", "title": "T", "email": "nope"}])
+auto("recursive: category taxonomy (propertyNames slugs, nested objects)", {"$defs": {"node": {
+    "type": "object", "propertyNames": {"pattern": "^[a-z0-9-]+$"}, "maxProperties": 20,
+    "additionalProperties": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]}}}, "$ref": "#/$defs/node"},
+     [{}, {"electronics": {"phones": {"android": None, "ios": None}, "laptops": None}, "books": {}}],
+     [{"Electronics": None}, {"a": {"b": {"C": None}}}, {"a": 1}])
+auto("recursive: DOM-like element tree (text or element children)", {"$defs": {"el": O({
+    "tag": S(pattern="^[a-z][a-z0-9-]*$"), "attrs": {"type": "object", "additionalProperties": S()},
+    "children": A({"anyOf": [S(), {"$ref": "#/$defs/el"}]})}, ["tag"], False)}, "$ref": "#/$defs/el"},
+     [{"tag": "br"}, {"tag": "div", "attrs": {"class": "card"}, "children": ["Hello ", {"tag": "b", "children": ["world"]},
+                                                                             {"tag": "ul", "children": [{"tag": "li", "children": []}]}]}],
+     [{"tag": "Div"}, {"tag": "p", "children": [1]}, {"tag": "p", "attrs": {"id": 5}}])
+auto("recursive: JSON-like value type (Slack block kit subset)", {"$defs": {
+    "text": O({"type": E("plain_text", "mrkdwn"), "text": S(maxLength=3000), "emoji": B()}, ["type", "text"], False),
+    "block": {"oneOf": [O({"type": {"const": "section"}, "text": {"$ref": "#/$defs/text"},
+                           "fields": A({"$ref": "#/$defs/text"}, maxItems=10)}, ["type"], False),
+                        O({"type": {"const": "divider"}}, ["type"], False),
+                        O({"type": {"const": "context"}, "elements": A({"$ref": "#/$defs/text"}, minItems=1, maxItems=10)},
+                          ["type", "elements"], False)]}},
+    "type": "object", "properties": {"blocks": A({"$ref": "#/$defs/block"}, maxItems=50)}, "required": ["blocks"]},
+     [{"blocks": []}, {"blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*hi*"}}, {"type": "divider"},
+                                  {"type": "context", "elements": [{"type": "plain_text", "text": "x", "emoji": True}]}]}],
+     [{"blocks": [{"type": "header"}]}, {"blocks": [{"type": "context", "elements": []}]},
+      {"blocks": [{"type": "section", "text": {"type": "html", "text": "x"}}]}])
+auto("recursive: linked list via draft-7 definitions and $ref siblings ignored", {"$schema": D7, "definitions": {"node": O({
+    "value": I(), "next": {"anyOf": [{"type": "null"}, {"$ref": "#/definitions/node"}]}}, ["value", "next"], False)},
+    "$ref": "#/definitions/node", "description": "a singly linked list", "maxProperties": 0},
+     [{"value": 1, "next": None}, {"value": 1, "next": {"value": 2, "next": {"value": 3, "next": None}}}],
+     [{"value": 1}, {"value": 1, "next": {"value": "2", "next": None}}, {"value": 1.5, "next": None}])
+
+
+# ---- bounded repetition, long enums, nested arrays, unconstrained values deep ------------------------------
+_COUNTRY_CODES = ("AD AE AF AG AL AM AO AR AT AU AZ BA BB BD BE BF BG BH BI BJ BN BO BR BS BT BW BY BZ CA CD CF CG CH CI CL "
+                  "CM CN CO CR CU CV CY CZ DE DJ DK DM DO DZ EC EE EG ER ES ET FI FJ FM FR GA GB GD GE GH GM GN GQ GR GT GW GY "
+                  "HN HR HT HU ID IE IL IN IQ IR IS IT JM JO JP KE KG KH KI KM KN KP KR KW KZ LA LB LC LI LK LR LS LT LU LV LY "
+                  "MA MC MD ME MG MH MK ML MM MN MR MT MU MV MW MX MY MZ NA NE NG NI NL NO NP NR NZ OM PA PE PG PH PK PL PT PW "
+                  "PY QA RO RS RU RW SA SB SC SD SE SG SI SK SL SM SN SO SR SS ST SV SY SZ TD TG TH TJ TL TM TN TO TR TT TV TZ "
+                  "UA UG US UY UZ VA VC VE VN VU WS YE ZA ZM ZW")
+COUNTRIES = _COUNTRY_CODES.split()
+auto("long enum: shipping address with ISO country codes", O({"name": S(), "line1": S(), "city": S(), "postal_code": S(),
+                                                              "country": E(*COUNTRIES)}, ["name", "line1", "country"], False),
+     [{"name": "A", "line1": "1 St", "country": "NZ"}, {"name": "B", "line1": "2 Rd", "city": "Lagos", "country": "NG"}],
+     [{"name": "A", "line1": "1 St", "country": "XX"}, {"name": "A", "line1": "1 St", "country": "nz"}])
+_CURRENCY_CODES = ("AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD BTN BWP BYN BZD CAD CDF "
+                   "CHF CLP CNY COP CRC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD "
+                   "HNL HTG HUF IDR ILS INR IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD "
+                   "MAD MDL MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN "
+                   "PYG QAR RON RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP STN SYP SZL THB TJS TMT TND TOP TRY TTD "
+                   "TWD TZS UAH UGX USD UYU UZS VES VND VUV WST XAF XCD XOF XPF YER ZAR ZMW ZWL")
+CURRENCIES = _CURRENCY_CODES.split()
+auto("long enum: FX rate table (patternProperties keys, currency enum)", O({
+    "base": E(*CURRENCIES), "date": S(format="date"),
+    "rates": {"type": "object", "patternProperties": {"^[A-Z]{3}$": N(exclusiveMinimum=0)}, "additionalProperties": False,
+              "minProperties": 1}}, ["base", "rates"]),
+     [{"base": "EUR", "rates": {"USD": 1.0842, "JPY": 162.5}}, {"base": "ZAR", "date": "2024-03-15", "rates": {"EUR": 0.049}}],
+     [{"base": "EURO", "rates": {"USD": 1}}, {"base": "EUR", "rates": {}}, {"base": "EUR", "rates": {"usd": 1}},
+      {"base": "EUR", "rates": {"USD": 0}}])
+TIMEZONES = [f"{region}/{city}" for region, cities in {
+    "Europe": "Amsterdam Athens Berlin Brussels Bucharest Budapest Dublin Helsinki Istanbul Kyiv Lisbon London Madrid Oslo "
+              "Paris Prague Rome Stockholm Vienna Warsaw Zurich",
+    "America": "Anchorage Bogota Chicago Denver Halifax Lima Los_Angeles Mexico_City New_York Phoenix Santiago Sao_Paulo "
+               "Toronto Vancouver",
+    "Asia": "Bangkok Dubai Hong_Kong Jakarta Karachi Kolkata Manila Seoul Shanghai Singapore Taipei Tehran Tokyo",
+    "Africa": "Cairo Casablanca Johannesburg Lagos Nairobi", "Australia": "Adelaide Brisbane Perth Sydney"}.items()
+    for city in cities.split()] + ["UTC"]
+auto("long enum: user preferences with IANA time zones", O({"timezone": E(*TIMEZONES), "locale": S(pattern="^[a-z]{2}(_[A-Z]{2})?$"),
+                                                             "weekStart": E(0, 1, 6), "use24h": B()}, ["timezone"], False),
+     [{"timezone": "Europe/Berlin"}, {"timezone": "UTC", "locale": "pt_BR", "weekStart": 0, "use24h": True}],
+     [{"timezone": "Mars/Olympus"}, {"timezone": "UTC", "weekStart": 2}, {"timezone": "UTC", "locale": "english"}])
+auto("nested arrays of objects: spreadsheet (sheets > rows > cells)", O({"sheets": A(O({
+    "title": S(maxLength=31), "rows": A(A(O({"v": {"type": ["string", "number", "boolean", "null"]}, "f": S(pattern="^="),
+                                               "style": O({"bold": B(), "fg": S(pattern="^#[0-9A-F]{6}$")}, extra=False)},
+                                              extra=False), maxItems=26), maxItems=100)}, ["title", "rows"]), minItems=1)},
+    ["sheets"]),
+     [{"sheets": [{"title": "S1", "rows": []}]},
+      {"sheets": [{"title": "Budget", "rows": [[{"v": "Item"}, {"v": "Cost", "style": {"bold": True}}],
+                                               [{"v": "Rent"}, {"v": 1200.5}], [{"v": None}, {"f": "=SUM(B2:B2)",
+                                                                                              "style": {"fg": "#FF0000"}}]]}]}],
+     [{"sheets": []}, {"sheets": [{"title": "S", "rows": [[{"v": {"x": 1}}]]}]},
+      {"sheets": [{"title": "S", "rows": [[{"f": "SUM()"}]]}]}, {"sheets": [{"title": "S", "rows": [{"v": 1}]}]}])
+auto("nested arrays of objects: timetable (days > slots > people)", A(O({
+    "day": E("mon", "tue", "wed", "thu", "fri", "sat", "sun"),
+    "slots": A(O({"start": S(pattern="^([01][0-9]|2[0-3]):[0-5][0-9]$"), "end": S(pattern="^([01][0-9]|2[0-3]):[0-5][0-9]$"),
+                  "people": A(O({"id": I(minimum=1), "role": E("lead", "member")}, ["id"]), maxItems=8)},
+                 ["start", "end"]), maxItems=12)}, ["day", "slots"]), maxItems=7),
+     [[], [{"day": "mon", "slots": [{"start": "09:00", "end": "10:30", "people": [{"id": 1, "role": "lead"}, {"id": 2}]}]},
+           {"day": "sun", "slots": []}]],
+     [[{"day": "mon", "slots": [{"start": "9:00", "end": "10:00"}]}], [{"day": "holiday", "slots": []}],
+      [{"day": "tue", "slots": [{"start": "09:00", "end": "10:00", "people": [{"id": 1, "role": "boss"}]}]}]])
+auto("bounded repetition: top-10 leaderboard (maxItems 10 of objects)", O({"board": A(O({
+    "rank": I(minimum=1, maximum=10), "player": S(minLength=1), "score": I(minimum=0), "country": S(pattern="^[A-Z]{2}$")},
+    ["rank", "player", "score"], False), maxItems=10), "updated": S(format="date-time")}, ["board"]),
+     [{"board": []}, {"board": [{"rank": i, "player": f"p{i}", "score": 1000 - i} for i in range(1, 11)],
+                      "updated": "2024-02-02T02:02:02Z"}],
+     [{"board": [{"rank": 1, "player": "p", "score": 1}] * 11}, {"board": [{"rank": 11, "player": "p", "score": 1}]},
+      {"board": [{"rank": 1, "player": "p", "score": 1, "team": "x"}]}])
+auto("bounded repetition: RGB palette (exact-size tuples in a bounded list)", O({"palette": A(A(I(minimum=0, maximum=255),
+                                                                                               minItems=3, maxItems=3),
+                                                                                             minItems=2, maxItems=16)},
+                                                                                ["palette"]),
+     [{"palette": [[0, 0, 0], [255, 255, 255]]}, {"palette": [[12, 34, 56]] * 16}],
+     [{"palette": [[0, 0, 0]]}, {"palette": [[0, 0], [1, 1, 1]]}, {"palette": [[0, 0, 256], [1, 1, 1]]}])
+auto("unconstrained deep: audit log with before/after ({} values)", O({
+    "actor": S(), "action": E("create", "update", "delete"), "before": {}, "after": {}, "context": {"type": "object"}},
+    ["actor", "action"]),
+     [{"actor": "u1", "action": "delete", "before": {"a": [{"b": [{"c": {"d": [1, 2, {"e": None}]}}]}]}, "after": None},
+      {"actor": "svc", "action": "update", "before": [[[[]]]], "after": "x", "context": {"req": {"hdr": {"x": [["y"]]}}}}],
+     [{"actor": "u1", "action": "upsert"}, {"actor": "u1", "action": "create", "context": [1]}])
+auto("unconstrained deep: untyped arrays holding objects at depth > 2", O({
+    "dataset": S(), "rows": {"type": "array"}, "meta": O({"columns": {"type": "array"}, "extra": True})}, ["dataset", "rows"]),
+     [{"dataset": "d", "rows": [[{"a": [{"b": {"c": [{"d": 1}]}}]}], [[[[{"x": None}]]]]]},
+      {"dataset": "e", "rows": [], "meta": {"columns": [{"name": "a", "type": {"nested": [True]}}], "extra": {"k": [[]]}}}],
+     [{"dataset": "d", "rows": {"0": []}}, {"dataset": "d"}, {"dataset": "d", "rows": [], "meta": {"columns": "a,b"}}])
+auto("unconstrained deep: JSON-RPC 2.0 request (params any)", O({
+    "jsonrpc": {"const": "2.0"}, "method": S(pattern="^(?!rpc\\.)"), "params": {"type": ["array", "object"]},
+    "id": {"type": ["string", "integer", "null"]}}, ["jsonrpc", "method"], False),
+     [{"jsonrpc": "2.0", "method": "sum", "params": [1, 2, {"deep": [[{"x": 1}]]}], "id": 1},
+      {"jsonrpc": "2.0", "method": "notify", "params": {"a": {"b": {"c": {"d": [{}]}}}}}],
+     [{"jsonrpc": "2.0", "method": "rpc.discover"}, {"jsonrpc": "1.0", "method": "x"}, {"jsonrpc": "2.0", "method": "x",
+                                                                                        "params": 3}])
+auto("dependencies (draft-7): credit card billing address", {"$schema": D7, "type": "object", "properties": {
+    "name": S(), "credit_card": S(pattern="^[0-9]{13,19}$"), "billing_address": S(), "cvc": S(pattern="^[0-9]{3,4}$")},
+    "required": ["name"], "dependencies": {"credit_card": ["billing_address", "cvc"],
+                                           "billing_address": {"properties": {"name": S(minLength=2)}}}},
+     [{"name": "John"}, {"name": "John", "credit_card": "5555555555555555", "billing_address": "555 Debtor's Lane", "cvc": "123"}],
+     [{"name": "John", "credit_card": "5555555555555555"}, {"name": "J", "billing_address": "x"},
+      {"name": "John", "credit_card": "5555", "billing_address": "x", "cvc": "123"}])
+auto("oneOf with overlapping branches: contact (email or phone, not both)", O({"email": S(format="email"),
+                                                                              "phone": S(pattern="^\\+?[0-9 ]{7,15}$"),
+                                                                              "name": S()}, ["name"],
+                                                                             oneOf=[{"required": ["email"]},
+                                                                                    {"required": ["phone"]}]),
+     [{"name": "A", "email": "a@example.com"}, {"name": "B", "phone": "+44 20 7946 0000"}],
+     [{"name": "A"}, {"name": "A", "email": "a@example.com", "phone": "+4420794600"}])
+auto("oneOf with overlapping branches: number or numeric string id", O({"id": {"oneOf": [I(minimum=0), S(pattern="^[0-9]+$"),
+                                                                                          S(minLength=36, maxLength=36)]}},
+                                                                       ["id"]),
+     [{"id": 42}, {"id": "42"}, {"id": "123e4567-e89b-12d3-a456-426614174000"}],
+     [{"id": -1}, {"id": "abc"}, {"id": "123456789012345678901234567890123456"}])
+auto("minProperties / maxProperties: HTTP headers map", O({"headers": {"type": "object", "minProperties": 1, "maxProperties": 8,
+                                                                       "propertyNames": {"pattern": "^[A-Za-z0-9-]+$"},
+                                                                       "additionalProperties": S(maxLength=200)}},
+                                                          ["headers"]),
+     [{"headers": {"Accept": "application/json"}}, {"headers": {f"X-H{i}": "v" for i in range(8)}}],
+     [{"headers": {}}, {"headers": {f"X-H{i}": "v" for i in range(9)}}, {"headers": {"Bad Header": "v"}}])
+auto("integer multipleOf: pagination cursor in steps of 25", O({"offset": I(minimum=0, multipleOf=25),
+                                                              "limit": I(minimum=25, maximum=100, multipleOf=25)}),
+     [{"offset": 0, "limit": 25}, {"offset": 1250, "limit": 100}], [{"offset": 10}, {"limit": 50.5}, {"limit": 125}])
+auto("uniqueItems over an open domain: topics (refused by design)", O({"topics": A(S(), uniqueItems=True, maxItems=20)}),
+     [{"topics": []}, {"topics": ["rust", "wasm"]}], [{"topics": ["rust", "rust"]}, {"topics": [1]}])
+auto("not over items: a list that is not all strings", O({"values": {"type": "array", "not": {"items": S()}}}),
+     [{"values": [1]}, {"values": ["a", 2]}], [{"values": []}, {"values": ["a", "b"]}])
+auto("recursive: boolean filter expression (anyOf twin)", {"$schema": D7, "definitions": {"filter": {"anyOf": [
+    O({"and": A({"$ref": "#/definitions/filter"}, minItems=2)}, ["and"], False),
+    O({"or": A({"$ref": "#/definitions/filter"}, minItems=2)}, ["or"], False),
+    O({"not": {"$ref": "#/definitions/filter"}}, ["not"], False),
+    O({"field": S(), "op": E("eq", "ne", "lt", "gt", "in"), "value": {"type": ["string", "number", "boolean", "array"]}},
+      ["field", "op", "value"], False)]}}, "$ref": "#/definitions/filter"},
+     [{"field": "status", "op": "eq", "value": "open"},
+      {"or": [{"field": "a", "op": "lt", "value": 3}, {"not": {"and": [{"field": "b", "op": "in", "value": [1]},
+                                                                      {"field": "c", "op": "ne", "value": False}]}}]}],
+     [{"or": [{"field": "a", "op": "eq", "value": 1}]}, {"not": {"field": "a", "op": "like", "value": "x"}},
+      {"field": "a", "op": "eq", "value": {"x": 1}}])
+auto("not over contains: tags that must not include a reserved one", O({"tags": A(S(maxLength=30),
+                                                                                  **{"not": {"contains": {"enum": ["internal",
+                                                                                                                   "admin"]}}})}),
+     [{"tags": []}, {"tags": ["public", "beta"]}], [{"tags": ["public", "internal"]}, {"tags": ["admin"]}])
+auto("JSON-RPC 2.0 request without the reserved-name lookahead", O({
+    "jsonrpc": {"const": "2.0"}, "method": S(minLength=1), "params": {"type": ["array", "object"]},
+    "id": {"type": ["string", "integer", "null"]}}, ["jsonrpc", "method"], False),
+     [{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": "abc"},
+      {"jsonrpc": "2.0", "method": "update", "params": {"list": [[{"k": [{"v": 1}]}]]}}],
+     [{"jsonrpc": "2.0", "method": ""}, {"jsonrpc": "2.0", "method": "x", "id": 1.5}, {"jsonrpc": "2.0", "method": "x",
+                                                                                        "params": "p"}])
+
+
+# ---- OpenAI strict-mode tools: every key required, optional values as a type union with null ---------------
+def strict_tool(name, props, valid, invalid):
+    schema = O(props, list(props), False)
+    auto(f"tool (strict mode): {name}", schema, valid, invalid)
+
+
+strict_tool("get_current_weather", {"location": S(description="City, e.g. San Francisco, CA"),
+                                    "unit": {"type": ["string", "null"], "enum": ["celsius", "fahrenheit", None]}},
+            [{"location": "Boston, MA", "unit": None}, {"location": "Tokyo", "unit": "celsius"}],
+            [{"location": "Boston, MA"}, {"location": "Boston", "unit": "kelvin"}])
+strict_tool("extract_invoice", {"invoice_number": S(), "issue_date": S(format="date"),
+                                "vendor": O({"name": S(), "vat_id": {"type": ["string", "null"]}}, ["name", "vat_id"], False),
+                                "lines": A(O({"description": S(), "qty": N(minimum=0), "unit_price": N()},
+                                             ["description", "qty", "unit_price"], False)),
+                                "total": N()},
+            [{"invoice_number": "INV-1", "issue_date": "2024-02-01", "vendor": {"name": "ACME", "vat_id": None},
+              "lines": [], "total": 0},
+             {"invoice_number": "2024/77", "issue_date": "2024-12-24", "vendor": {"name": "B GmbH", "vat_id": "DE123456789"},
+              "lines": [{"description": "Widget", "qty": 2, "unit_price": 9.5}], "total": 19}],
+            [{"invoice_number": "I", "issue_date": "24.12.2024", "vendor": {"name": "B", "vat_id": None}, "lines": [], "total": 0},
+             {"invoice_number": "I", "issue_date": "2024-12-24", "vendor": {"name": "B"}, "lines": [], "total": 0}])
+strict_tool("classify_sentiment", {"label": E("positive", "negative", "neutral", "mixed"),
+                                   "confidence": N(minimum=0, maximum=1), "reasons": A(S(), maxItems=3)},
+            [{"label": "positive", "confidence": 0.92, "reasons": ["praise"]}, {"label": "mixed", "confidence": 0, "reasons": []}],
+            [{"label": "angry", "confidence": 0.5, "reasons": []}, {"label": "neutral", "confidence": 1.2, "reasons": []},
+             {"label": "neutral", "confidence": 0.2, "reasons": ["a", "b", "c", "d"]}])
+strict_tool("extract_people", {"people": A(O({"name": S(), "age": {"type": ["integer", "null"], "minimum": 0},
+                                              "role": {"type": ["string", "null"]}}, ["name", "age", "role"], False))},
+            [{"people": []}, {"people": [{"name": "Ann", "age": 31, "role": None}, {"name": "Bo", "age": None, "role": "CTO"}]}],
+            [{"people": [{"name": "Ann", "age": -1, "role": None}]}, {"people": [{"name": "Ann"}]}])
+strict_tool("route_ticket", {"queue": E("billing", "technical", "sales", "abuse"), "priority": I(minimum=1, maximum=5),
+                             "summary": S(maxLength=200), "needs_human": B()},
+            [{"queue": "billing", "priority": 2, "summary": "double charge", "needs_human": True},
+             {"queue": "abuse", "priority": 1, "summary": "", "needs_human": False}],
+            [{"queue": "legal", "priority": 2, "summary": "x", "needs_human": True},
+             {"queue": "sales", "priority": 0, "summary": "x", "needs_human": False}])
+strict_tool("plan_trip", {"destination": S(), "days": A(O({"day": I(minimum=1), "activities": A(S(), minItems=1, maxItems=6)},
+                                                            ["day", "activities"], False), minItems=1, maxItems=14),
+                          "budget_usd": {"type": ["number", "null"], "minimum": 0}},
+            [{"destination": "Kyoto", "days": [{"day": 1, "activities": ["Fushimi Inari"]}], "budget_usd": None},
+             {"destination": "Rome", "days": [{"day": 1, "activities": ["Colosseum", "Forum"]},
+                                              {"day": 2, "activities": ["Vatican"]}], "budget_usd": 1500}],
+            [{"destination": "X", "days": [], "budget_usd": None},
+             {"destination": "X", "days": [{"day": 1, "activities": []}], "budget_usd": None},
+             {"destination": "X", "days": [{"day": 1, "activities": ["a"]}], "budget_usd": -5}])
+strict_tool("parse_address", {"street": S(), "house_number": {"type": ["string", "null"]}, "postal_code": S(),
+                              "city": S(), "country_code": S(pattern="^[A-Z]{2}$")},
+            [{"street": "Main St", "house_number": "12a", "postal_code": "10115", "city": "Berlin", "country_code": "DE"},
+             {"street": "Rue X", "house_number": None, "postal_code": "75001", "city": "Paris", "country_code": "FR"}],
+            [{"street": "Main", "house_number": None, "postal_code": "1", "city": "B", "country_code": "Germany"},
+             {"street": "Main", "postal_code": "1", "city": "B", "country_code": "DE"}])
+strict_tool("generate_sql_filter", {"table": E("orders", "customers", "products"),
+                                    "conditions": A(O({"column": S(pattern="^[a-z_]+$"), "operator": E("=", "!=", "<", ">", "<=",
+                                                                                                        ">=", "LIKE"),
+                                                       "value": {"type": ["string", "number", "boolean", "null"]}},
+                                                      ["column", "operator", "value"], False), maxItems=10),
+                                    "order_by": {"type": ["string", "null"]}, "limit": I(minimum=1, maximum=500)},
+            [{"table": "orders", "conditions": [{"column": "status", "operator": "=", "value": "paid"}], "order_by": None,
+              "limit": 50},
+             {"table": "products", "conditions": [], "order_by": "price", "limit": 1}],
+            [{"table": "users", "conditions": [], "order_by": None, "limit": 1},
+             {"table": "orders", "conditions": [{"column": "Status", "operator": "=", "value": 1}], "order_by": None, "limit": 1},
+             {"table": "orders", "conditions": [{"column": "s", "operator": "IN", "value": 1}], "order_by": None, "limit": 1}])
+strict_tool("create_chart", {"kind": E("bar", "line", "pie", "scatter"), "title": S(),
+                             "series": A(O({"name": S(), "points": A(A(N(), minItems=2, maxItems=2), maxItems=100)},
+                                           ["name", "points"], False), minItems=1, maxItems=5),
+                             "x_label": {"type": ["string", "null"]}, "y_label": {"type": ["string", "null"]}},
+            [{"kind": "line", "title": "Revenue", "series": [{"name": "2024", "points": [[1, 10.5], [2, 12]]}], "x_label": "month",
+              "y_label": None},
+             {"kind": "pie", "title": "Share", "series": [{"name": "s", "points": []}], "x_label": None, "y_label": None}],
+            [{"kind": "donut", "title": "t", "series": [{"name": "s", "points": []}], "x_label": None, "y_label": None},
+             {"kind": "bar", "title": "t", "series": [{"name": "s", "points": [[1, 2, 3]]}], "x_label": None, "y_label": None},
+             {"kind": "bar", "title": "t", "series": [], "x_label": None, "y_label": None}])
+strict_tool("moderate_content", {"flagged": B(), "categories": O({c: B() for c in ("hate", "harassment", "self_harm",
+                                                                                    "sexual", "violence")},
+                                                                  ["hate", "harassment", "self_harm", "sexual", "violence"],
+                                                                  False),
+                                 "explanation": {"type": ["string", "null"], "maxLength": 500}},
+            [{"flagged": False, "categories": {"hate": False, "harassment": False, "self_harm": False, "sexual": False,
+                                               "violence": False}, "explanation": None},
+             {"flagged": True, "categories": {"hate": False, "harassment": True, "self_harm": False, "sexual": False,
+                                              "violence": False}, "explanation": "insults"}],
+            [{"flagged": True, "categories": {"hate": True}, "explanation": None},
+             {"flagged": "no", "categories": {"hate": False, "harassment": False, "self_harm": False, "sexual": False,
+                                              "violence": False}, "explanation": None}])
+strict_tool("schedule_meeting", {"participants": A(S(format="email"), minItems=2, maxItems=10),
+                                 "duration_minutes": E(15, 30, 45, 60, 90), "earliest": S(format="date-time"),
+                                 "latest": S(format="date-time"), "timezone": S()},
+            [{"participants": ["a@x.example", "b@x.example"], "duration_minutes": 30, "earliest": "2024-06-03T09:00:00Z",
+              "latest": "2024-06-07T17:00:00Z", "timezone": "Europe/Paris"},
+             {"participants": ["a@x.example", "b@y.example", "c@z.example"], "duration_minutes": 90,
+              "earliest": "2024-06-03T09:00:00+02:00", "latest": "2024-06-03T12:00:00+02:00", "timezone": "CET"}],
+            [{"participants": ["a@x.example"], "duration_minutes": 30, "earliest": "2024-06-03T09:00:00Z",
+              "latest": "2024-06-03T10:00:00Z", "timezone": "UTC"},
+             {"participants": ["a@x.example", "b@x.example"], "duration_minutes": 20, "earliest": "2024-06-03T09:00:00Z",
+              "latest": "2024-06-03T10:00:00Z", "timezone": "UTC"}])
+strict_tool("answer_with_citations", {"answer": S(minLength=1), "citations": A(O({"source_id": S(pattern="^doc_[0-9]+$"),
+                                                                                   "quote": S(maxLength=300)},
+                                                                                  ["source_id", "quote"], False), maxItems=5)},
+            [{"answer": "Yes.", "citations": []}, {"answer": "42", "citations": [{"source_id": "doc_3", "quote": "the answer is 42"}]}],
+            [{"answer": "", "citations": []}, {"answer": "a", "citations": [{"source_id": "3", "quote": "q"}]}])
+
+
+# ---- more SaaS API objects ---------------------------------------------------------------------------------
+auto("twilio-like message resource", O({"sid": S(pattern="^(SM|MM)[0-9a-f]{32}$"), "to": S(pattern="^\\+[1-9][0-9]{1,14}$"),
+                                        "from": S(pattern="^\\+[1-9][0-9]{1,14}$"), "body": S(maxLength=1600),
+                                        "status": E("queued", "sending", "sent", "failed", "delivered", "undelivered",
+                                                    "receiving", "received"),
+                                        "num_segments": S(pattern="^[0-9]+$"), "price": {"type": ["string", "null"]},
+                                        "date_created": S()}, ["sid", "to", "status"]),
+     [{"sid": "SM" + "0" * 32, "to": "+15558675310", "status": "queued"},
+      {"sid": "MM" + "ab" * 16, "to": "+4915112345678", "from": "+15017122661", "body": "Hi", "status": "delivered",
+       "num_segments": "1", "price": None, "date_created": "Thu, 30 Jul 2015 20:12:31 +0000"}],
+     [{"sid": "XX" + "0" * 32, "to": "+1555", "status": "sent"}, {"sid": "SM" + "0" * 32, "to": "5558675310", "status": "sent"},
+      {"sid": "SM" + "0" * 32, "to": "+15558675310", "status": "read"}])
+auto("shopify-like product with variants (maxItems, options)", O({
+    "title": S(minLength=1), "body_html": S(), "vendor": S(), "status": E("active", "archived", "draft"),
+    "options": A(O({"name": S(), "values": A(S(), minItems=1)}, ["name"]), maxItems=3),
+    "variants": A(O({"sku": S(), "price": S(pattern="^[0-9]+\\.[0-9]{2}$"), "inventory_quantity": I(),
+                     "option1": {"type": ["string", "null"]}, "weight_unit": E("g", "kg", "oz", "lb")}, ["price"]),
+                  maxItems=100),
+    "tags": S()}, ["title"]),
+     [{"title": "Tee"}, {"title": "Hoodie", "status": "active", "options": [{"name": "Size", "values": ["S", "M"]}],
+                         "variants": [{"sku": "H-S", "price": "49.00", "option1": "S", "inventory_quantity": -2},
+                                      {"price": "49.00", "option1": None, "weight_unit": "g"}], "tags": "winter, cotton"}],
+     [{"title": ""}, {"title": "T", "variants": [{"price": "49"}]}, {"title": "T", "options": [{"name": "a"}] * 4}])
+auto("jira-like issue create (fields with nested refs)", O({"fields": O({
+    "project": O({"key": S(pattern="^[A-Z][A-Z0-9]+$")}, ["key"]), "summary": S(maxLength=255),
+    "issuetype": O({"name": E("Bug", "Task", "Story", "Epic")}, ["name"]), "description": {"type": ["object", "string"]},
+    "priority": O({"id": S(pattern="^[1-5]$")}), "labels": A(S(pattern="^\\S+$")), "customfield_10016": {"type": ["number", "null"]}},
+    ["project", "summary", "issuetype"])}, ["fields"]),
+     [{"fields": {"project": {"key": "WEB"}, "summary": "Fix login", "issuetype": {"name": "Bug"}}},
+      {"fields": {"project": {"key": "OPS2"}, "summary": "s", "issuetype": {"name": "Story"}, "priority": {"id": "2"},
+                  "labels": ["frontend"], "customfield_10016": 3, "description": {"type": "doc", "content": [{"type": "p"}]}}}],
+     [{"fields": {"project": {"key": "web"}, "summary": "s", "issuetype": {"name": "Bug"}}},
+      {"fields": {"project": {"key": "W"}, "summary": "s", "issuetype": {"name": "Incident"}}},
+      {"fields": {"project": {"key": "W1"}, "summary": "s", "issuetype": {"name": "Bug"}, "labels": ["two words"]}}])
+auto("discord-like embed (limits)", O({"title": S(maxLength=256), "description": S(maxLength=4096), "url": S(format="uri"),
+                                       "color": I(minimum=0, maximum=16777215), "timestamp": S(format="date-time"),
+                                       "fields": A(O({"name": S(maxLength=256), "value": S(maxLength=1024), "inline": B()},
+                                                     ["name", "value"]), maxItems=25),
+                                       "footer": O({"text": S(maxLength=2048), "icon_url": S(format="uri")}, ["text"])}),
+     [{"title": "Build passed"}, {"title": "t", "color": 5814783, "timestamp": "2024-01-01T00:00:00.000Z",
+                                  "fields": [{"name": "Branch", "value": "main", "inline": True}], "footer": {"text": "CI"}}],
+     [{"color": 16777216}, {"fields": [{"name": "n"}]}, {"footer": {"icon_url": "https://x.example/i.png"}}])
+auto("notion-like page property values (oneOf by type)", O({"properties": {"type": "object", "additionalProperties": {"oneOf": [
+    O({"type": {"const": "title"}, "title": A(O({"plain_text": S()}, ["plain_text"]))}, ["type", "title"]),
+    O({"type": {"const": "number"}, "number": {"type": ["number", "null"]}}, ["type", "number"]),
+    O({"type": {"const": "select"}, "select": {"anyOf": [{"type": "null"}, O({"name": S(), "color": E(
+        "default", "gray", "brown", "orange", "yellow", "green", "blue", "purple", "pink", "red")}, ["name"])]}},
+      ["type", "select"]),
+    O({"type": {"const": "checkbox"}, "checkbox": B()}, ["type", "checkbox"]),
+    O({"type": {"const": "date"}, "date": O({"start": S(format="date"), "end": {"type": ["string", "null"]}}, ["start"])},
+      ["type", "date"])]}}}, ["properties"]),
+     [{"properties": {}}, {"properties": {"Name": {"type": "title", "title": [{"plain_text": "Launch"}]},
+                                          "Points": {"type": "number", "number": None},
+                                          "Stage": {"type": "select", "select": {"name": "Done", "color": "green"}},
+                                          "Due": {"type": "date", "date": {"start": "2024-09-30", "end": None}}}}],
+     [{"properties": {"Done": {"type": "checkbox", "checkbox": "yes"}}},
+      {"properties": {"Stage": {"type": "select", "select": {"name": "x", "color": "teal"}}}},
+      {"properties": {"X": {"type": "rollup", "rollup": {}}}}])
+auto("sendgrid-like mail send (personalizations, content)", O({
+    "personalizations": A(O({"to": A(O({"email": S(format="email"), "name": S()}, ["email"]), minItems=1, maxItems=1000),
+                             "subject": S(), "dynamic_template_data": {"type": "object"}}, ["to"]), minItems=1, maxItems=1000),
+    "from": O({"email": S(format="email"), "name": S()}, ["email"]),
+    "content": A(O({"type": S(pattern="^[a-z]+/[a-z]+$"), "value": S(minLength=1)}, ["type", "value"]), minItems=1),
+    "template_id": S(pattern="^d-[0-9a-f]{32}$")}, ["personalizations", "from"],
+    anyOf=[{"required": ["content"]}, {"required": ["template_id"]}]),
+     [{"personalizations": [{"to": [{"email": "a@example.com"}]}], "from": {"email": "no-reply@example.com"},
+       "content": [{"type": "text/plain", "value": "Hello"}]},
+      {"personalizations": [{"to": [{"email": "b@example.com", "name": "B"}], "dynamic_template_data": {"items": [{"q": 1}]}}],
+       "from": {"email": "x@example.com", "name": "Shop"}, "template_id": "d-" + "0123456789abcdef" * 2}],
+     [{"personalizations": [{"to": [{"email": "a@example.com"}]}], "from": {"email": "n@example.com"}},
+      {"personalizations": [], "from": {"email": "n@example.com"}, "content": [{"type": "text/plain", "value": "x"}]},
+      {"personalizations": [{"to": [{"email": "a@example.com"}]}], "from": {"email": "n@example.com"},
+       "template_id": "tmpl-1"}])
+auto("aws iam policy document-like (string or array, Effect enum)", O({
+    "Version": E("2012-10-17", "2008-10-17"), "Statement": A(O({
+        "Sid": S(pattern="^[A-Za-z0-9]*$"), "Effect": E("Allow", "Deny"),
+        "Action": {"anyOf": [S(pattern="^(\\*|[a-z0-9-]+:[A-Za-z0-9*]+)$"), A(S(pattern="^(\\*|[a-z0-9-]+:[A-Za-z0-9*]+)$"),
+                                                                            minItems=1)]},
+        "Resource": {"type": ["string", "array"], "items": S()},
+        "Condition": {"type": "object", "additionalProperties": {"type": "object"}}}, ["Effect", "Action"]), minItems=1)},
+    ["Version", "Statement"]),
+     [{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*"}]},
+      {"Version": "2012-10-17", "Statement": [{"Sid": "Deny1", "Effect": "Deny", "Action": ["ec2:*", "iam:PassRole"],
+                                               "Resource": ["*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}],
+     [{"Version": "2012-10-17", "Statement": [{"Effect": "Permit", "Action": "s3:GetObject"}]},
+      {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "GetObject"}]},
+      {"Version": "2012-10-17", "Statement": []}, {"Version": "2020-01-01", "Statement": [{"Effect": "Allow", "Action": "*"}]}])
+auto("openid configuration-like (uri fields, response types)", O({
+    "issuer": S(format="uri", pattern="^https://"), "authorization_endpoint": S(format="uri"), "token_endpoint": S(format="uri"),
+    "jwks_uri": S(format="uri"), "response_types_supported": A(E("code", "token", "id_token", "code id_token",
+                                                                 "id_token token", "code token", "code id_token token"),
+                                                               minItems=1, uniqueItems=True),
+    "scopes_supported": A(S()), "id_token_signing_alg_values_supported": A(S(pattern="^(RS|ES|PS|HS)(256|384|512)$|^none$"))},
+    ["issuer", "authorization_endpoint", "jwks_uri", "response_types_supported"]),
+     [{"issuer": "https://accounts.example.com", "authorization_endpoint": "https://accounts.example.com/auth",
+       "jwks_uri": "https://accounts.example.com/certs", "response_types_supported": ["code"]},
+      {"issuer": "https://id.example.org/realm", "authorization_endpoint": "https://id.example.org/a",
+       "token_endpoint": "https://id.example.org/t", "jwks_uri": "https://id.example.org/k",
+       "response_types_supported": ["code", "code id_token"], "id_token_signing_alg_values_supported": ["RS256", "ES384"]}],
+     [{"issuer": "http://accounts.example.com", "authorization_endpoint": "https://a.example.com/auth",
+       "jwks_uri": "https://a.example.com/certs", "response_types_supported": ["code"]},
+      {"issuer": "https://a.example.com", "authorization_endpoint": "https://a.example.com/auth",
+       "jwks_uri": "https://a.example.com/certs", "response_types_supported": ["code", "code"]},
+      {"issuer": "https://a.example.com", "authorization_endpoint": "https://a.example.com/auth",
+       "jwks_uri": "https://a.example.com/certs", "response_types_supported": ["code"],
+       "id_token_signing_alg_values_supported": ["RS1"]}])
+auto("jwk set-like (kty discriminated by if/then)", O({"keys": A(O({
+    "kty": E("RSA", "EC", "oct", "OKP"), "use": E("sig", "enc"), "kid": S(), "alg": S(),
+    "n": S(pattern="^[A-Za-z0-9_-]+$"), "e": S(pattern="^[A-Za-z0-9_-]+$"), "crv": E("P-256", "P-384", "P-521", "Ed25519"),
+    "x": S(), "y": S()}, ["kty"], **{"if": {"properties": {"kty": {"const": "RSA"}}}, "then": {"required": ["n", "e"]},
+                                      "else": {"if": {"properties": {"kty": {"const": "EC"}}},
+                                               "then": {"required": ["crv", "x", "y"]}}}))}, ["keys"]),
+     [{"keys": []}, {"keys": [{"kty": "RSA", "kid": "1", "n": "0vx7agoebGcQSuu", "e": "AQAB", "use": "sig"},
+                              {"kty": "EC", "crv": "P-256", "x": "MKBCTNIcKUSDii", "y": "4Etl6SRW2YiLUr"}]}],
+     [{"keys": [{"kty": "RSA", "n": "abc"}]}, {"keys": [{"kty": "EC", "crv": "P-256", "x": "a"}]},
+      {"keys": [{"kty": "RSA", "n": "a+b", "e": "AQAB"}]}])
+auto("prometheus alert rule-like (duration patterns, labels)", O({"groups": A(O({
+    "name": S(minLength=1), "interval": S(pattern="^[0-9]+(ms|s|m|h|d|w|y)$"),
+    "rules": A(O({"alert": S(pattern="^[A-Za-z_][A-Za-z0-9_]*$"), "record": S(pattern="^[a-zA-Z_:][a-zA-Z0-9_:]*$"),
+                  "expr": {"type": ["string", "integer"]}, "for": S(pattern="^[0-9]+(ms|s|m|h|d|w|y)$"),
+                  "labels": {"type": "object", "propertyNames": {"pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"},
+                             "additionalProperties": S()},
+                  "annotations": {"type": "object", "additionalProperties": S()}},
+                 ["expr"], oneOf=[{"required": ["alert"]}, {"required": ["record"]}]))}, ["name", "rules"]))}, ["groups"]),
+     [{"groups": []}, {"groups": [{"name": "node", "interval": "30s", "rules": [
+         {"alert": "HighCPU", "expr": "avg(rate(cpu[5m])) > 0.9", "for": "10m", "labels": {"severity": "page"},
+          "annotations": {"summary": "CPU high"}}, {"record": "job:up:sum", "expr": "sum by (job) (up)"}]}]}],
+     [{"groups": [{"name": "n", "rules": [{"expr": "up"}]}]},
+      {"groups": [{"name": "n", "rules": [{"alert": "A", "record": "r", "expr": "up"}]}]},
+      {"groups": [{"name": "n", "rules": [{"alert": "A", "expr": "up", "for": "10 minutes"}]}]},
+      {"groups": [{"name": "n", "rules": [{"alert": "A", "expr": "up", "labels": {"bad-label": "x"}}]}]}])
+auto("openapi: dependentSchemas (shipping method needs address)", O({"method": E("pickup", "courier", "post"),
+                                                                    "address": S(minLength=5), "store_id": I(minimum=1)},
+                                                                   ["method"], dependentSchemas={
+    "address": {"properties": {"method": E("courier", "post")}}, "store_id": {"properties": {"method": {"const": "pickup"}}}}),
+     [{"method": "pickup", "store_id": 4}, {"method": "courier", "address": "1 Long Road"}, {"method": "post"}],
+     [{"method": "pickup", "address": "1 Long Road"}, {"method": "post", "store_id": 1}, {"method": "post", "address": "x"}])
+auto("openapi: enum of integers and http status map (patternProperties)", O({"responses": {
+    "type": "object", "patternProperties": {"^[1-5][0-9]{2}$": O({"description": S()}, ["description"]),
+                                            "^[1-5]XX$": O({"description": S()}, ["description"])},
+    "properties": {"default": O({"description": S()}, ["description"])}, "additionalProperties": False, "minProperties": 1}},
+    ["responses"]),
+     [{"responses": {"200": {"description": "OK"}}}, {"responses": {"default": {"description": "err"}, "4XX": {"description": "c"},
+                                                                    "503": {"description": "down"}}}],
+     [{"responses": {}}, {"responses": {"600": {"description": "x"}}}, {"responses": {"200": {}}}])
+
+
+# ---- a family: smart-home device commands (one tool per device type) ---------------------------------------
+DEVICES = {
+    "light": ({"brightness": I(minimum=0, maximum=100), "color_temp_k": I(minimum=2000, maximum=6500, multipleOf=100),
+               "rgb": A(I(minimum=0, maximum=255), minItems=3, maxItems=3), "on": B()},
+              [{"on": True}, {"brightness": 40, "color_temp_k": 2700}, {"rgb": [255, 128, 0], "on": True}],
+              [{"brightness": 101}, {"color_temp_k": 2750}, {"rgb": [255, 128]}]),
+    "lock": ({"action": E("lock", "unlock"), "code": S(pattern="^[0-9]{4,8}$")},
+             [{"action": "lock"}, {"action": "unlock", "code": "0451"}], [{"action": "open"}, {"action": "unlock", "code": "12"}]),
+    "blinds": ({"position": I(minimum=0, maximum=100), "tilt": I(minimum=-90, maximum=90)},
+               [{"position": 0}, {"position": 55, "tilt": -45}], [{"position": -1}, {"tilt": 91}]),
+    "vacuum": ({"command": E("start", "pause", "dock", "spot_clean"), "rooms": A(S(), maxItems=8), "suction": E("quiet",
+                                                                                                               "standard",
+                                                                                                               "turbo")},
+               [{"command": "dock"}, {"command": "start", "rooms": ["kitchen"], "suction": "turbo"}],
+               [{"command": "mop"}, {"command": "start", "suction": "max"}]),
+    "sprinkler": ({"zone": I(minimum=1, maximum=16), "minutes": I(minimum=1, maximum=120), "skip_if_rain": B()},
+                  [{"zone": 1, "minutes": 10}, {"zone": 16, "minutes": 120, "skip_if_rain": True}],
+                  [{"zone": 17, "minutes": 10}, {"zone": 2, "minutes": 0}]),
+    "camera": ({"mode": E("armed", "disarmed", "privacy"), "record_seconds": I(minimum=5, maximum=300), "night_vision": B()},
+               [{"mode": "armed"}, {"mode": "privacy", "night_vision": False}], [{"mode": "off"}, {"record_seconds": 3}]),
+    "speaker": ({"volume": I(minimum=0, maximum=100), "source": E("bluetooth", "wifi", "aux", "optical"),
+                 "eq": O({"bass": I(minimum=-10, maximum=10), "treble": I(minimum=-10, maximum=10)}, extra=False)},
+                [{"volume": 20}, {"source": "aux", "eq": {"bass": -2, "treble": 3}}], [{"volume": 120}, {"eq": {"mid": 1}}]),
+    "ev_charger": ({"action": E("start", "stop", "schedule"), "max_current_a": I(minimum=6, maximum=32),
+                    "start_at": S(pattern="^([01][0-9]|2[0-3]):[0-5][0-9]$")},
+                   [{"action": "stop"}, {"action": "schedule", "start_at": "23:30", "max_current_a": 16}],
+                   [{"action": "start", "max_current_a": 40}, {"action": "schedule", "start_at": "11pm"}]),
+}
+for device, (props, good, bad) in DEVICES.items():
+    required = ["device_id"] + [k for k in props if all(k in g for g in good)][:1]
+    schema = O({"device_id": S(pattern="^[a-z0-9]{8}$"), **props}, required, False)
+    auto(f"tool: control_{device}", schema, [{"device_id": "ab12cd34", **g} for g in good],
+         [{"device_id": "ab12cd34", **b} for b in bad] + [{"device_id": "AB12", **good[0]}])
+
+
+# ---- a family: GitHub-like webhook payloads ---------------------------------------------------------------
+SHA = S(pattern="^[0-9a-f]{40}$")
+REPO_REF = O({"id": I(), "full_name": S(pattern="^[^/]+/[^/]+$")}, ["id", "full_name"])
+WEBHOOKS = {
+    "push": ({"ref": S(pattern="^refs/(heads|tags)/"), "before": SHA, "after": SHA, "forced": B(),
+              "commits": A(O({"id": SHA, "message": S(), "author": O({"name": S(), "email": S(format="email")}, ["name"])},
+                             ["id", "message"]), maxItems=20)}, ["ref", "before", "after"],
+             {"ref": "refs/heads/main", "before": "0" * 40, "after": "f" * 40,
+              "commits": [{"id": "f" * 40, "message": "fix", "author": {"name": "a", "email": "a@example.com"}}]},
+             [{"ref": "main", "before": "0" * 40, "after": "f" * 40}, {"ref": "refs/heads/x", "before": "0", "after": "f" * 40}]),
+    "release": ({"action": E("published", "created", "edited", "deleted", "prereleased", "released"),
+                 "release": O({"tag_name": S(), "name": {"type": ["string", "null"]}, "draft": B(), "prerelease": B(),
+                               "published_at": {"type": ["string", "null"], "format": "date-time"}}, ["tag_name", "draft"])},
+                ["action", "release"],
+                {"action": "published", "release": {"tag_name": "v1.0.0", "name": None, "draft": False, "prerelease": False,
+                                                    "published_at": "2024-05-05T05:05:05Z"}},
+                [{"action": "shipped", "release": {"tag_name": "v1", "draft": False}},
+                 {"action": "created", "release": {"tag_name": "v1", "draft": False, "published_at": "May 5"}}]),
+    "issue_comment": ({"action": E("created", "edited", "deleted"), "issue": O({"number": I(minimum=1)}, ["number"]),
+                       "comment": O({"id": I(), "body": S(maxLength=65536), "author_association": E(
+                           "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "NONE")},
+                           ["id", "body"])}, ["action", "issue", "comment"],
+                      {"action": "created", "issue": {"number": 3}, "comment": {"id": 9, "body": "LGTM",
+                                                                               "author_association": "MEMBER"}},
+                      [{"action": "created", "issue": {"number": 0}, "comment": {"id": 1, "body": "x"}},
+                       {"action": "created", "issue": {"number": 1}, "comment": {"id": 1, "body": "x", "author_association": "BOT"}}]),
+    "workflow_run": ({"action": E("requested", "in_progress", "completed"),
+                      "workflow_run": O({"id": I(), "head_sha": SHA, "status": E("queued", "in_progress", "completed"),
+                                         "conclusion": E("success", "failure", "cancelled", "skipped", "timed_out", None),
+                                         "run_attempt": I(minimum=1)}, ["id", "head_sha", "status", "conclusion"],
+                                        **{"if": {"properties": {"status": {"const": "completed"}}},
+                                           "then": {"properties": {"conclusion": {"type": "string"}}},
+                                           "else": {"properties": {"conclusion": {"type": "null"}}}})},
+                     ["action", "workflow_run"],
+                     {"action": "completed", "workflow_run": {"id": 1, "head_sha": "a" * 40, "status": "completed",
+                                                              "conclusion": "success", "run_attempt": 2}},
+                     [{"action": "completed", "workflow_run": {"id": 1, "head_sha": "a" * 40, "status": "completed",
+                                                               "conclusion": None}},
+                      {"action": "requested", "workflow_run": {"id": 1, "head_sha": "a" * 40, "status": "queued",
+                                                               "conclusion": "success"}}]),
+    "star": ({"action": E("created", "deleted"), "starred_at": {"type": ["string", "null"], "format": "date-time"}},
+             ["action", "starred_at"], {"action": "created", "starred_at": "2024-01-01T10:00:00Z"},
+             [{"action": "deleted", "starred_at": "yesterday"}, {"action": "starred", "starred_at": None}]),
+    "create": ({"ref": S(), "ref_type": E("branch", "tag"), "master_branch": S(), "pusher_type": E("user", "deploy_key")},
+               ["ref", "ref_type"], {"ref": "feature/x", "ref_type": "branch", "master_branch": "main", "pusher_type": "user"},
+               [{"ref": "x", "ref_type": "commit"}, {"ref": "x", "ref_type": "tag", "pusher_type": "bot"}]),
+}
+for hook, (props, required, good, bad) in WEBHOOKS.items():
+    schema = O({**props, "repository": REPO_REF, "sender": GH_USER}, required + ["repository"],
+               **{"x-github-event": hook})
+    base = {"repository": {"id": 1, "full_name": "octo/hello"}}
+    auto(f"github webhook: {hook}", schema, [{**good, **base}, {**good, **base, "sender": {"login": "o", "id": 1, "type": "User"}}],
+         [{**b, **base} for b in bad] + [{**good, "repository": {"id": 1, "full_name": "nohash"}}])
+
+
+# ---- a family: cloud resources (Terraform-plan-like JSON) --------------------------------------------------
+auto("cloud: storage bucket (lifecycle rules, versioning)", O({
+    "bucket": S(pattern="^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"), "acl": E("private", "public-read", "authenticated-read"),
+    "versioning": O({"enabled": B()}, ["enabled"], False), "tags": {"type": "object", "maxProperties": 50,
+                                                                    "additionalProperties": S(maxLength=256)},
+    "lifecycle_rule": A(O({"id": S(), "enabled": B(), "prefix": S(), "expiration_days": I(minimum=1),
+                           "transition": O({"days": I(minimum=0), "storage_class": E("STANDARD_IA", "GLACIER",
+                                                                                      "DEEP_ARCHIVE")},
+                                           ["days", "storage_class"])}, ["enabled"]), maxItems=10)}, ["bucket"], False),
+     [{"bucket": "my-logs.example"}, {"bucket": "data-lake-01", "acl": "private", "versioning": {"enabled": True},
+                                      "lifecycle_rule": [{"id": "old", "enabled": True, "expiration_days": 365,
+                                                          "transition": {"days": 30, "storage_class": "GLACIER"}}]}],
+     [{"bucket": "My_Bucket"}, {"bucket": "ok-name", "lifecycle_rule": [{"enabled": True, "expiration_days": 0}]},
+      {"bucket": "ok-name", "versioning": {"enabled": True, "mfa_delete": True}}])
+auto("cloud: virtual machine instance (cidr-ish, disk sizes)", O({
+    "name": S(pattern=DNS1123), "machine_type": S(pattern="^[a-z][0-9a-z]*-(standard|highmem|highcpu)-[0-9]+$"),
+    "zone": S(pattern="^[a-z]+-[a-z]+[0-9]-[a-f]$"),
+    "boot_disk": O({"image": S(), "size_gb": I(minimum=10, maximum=65536), "type": E("pd-standard", "pd-balanced", "pd-ssd")},
+                   ["image"]),
+    "network_interfaces": A(O({"network": S(), "access_config": A(O({"nat_ip": S(format="ipv4")}), maxItems=1)}, ["network"]),
+                            minItems=1, maxItems=8),
+    "labels": {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,62}$"}, "additionalProperties": S()},
+    "preemptible": B()}, ["name", "machine_type", "zone", "boot_disk", "network_interfaces"]),
+     [{"name": "web-1", "machine_type": "e2-standard-4", "zone": "europe-west1-b", "boot_disk": {"image": "debian-12"},
+       "network_interfaces": [{"network": "default"}]},
+      {"name": "batch", "machine_type": "n2-highmem-16", "zone": "us-central1-a", "preemptible": True,
+       "boot_disk": {"image": "ubuntu-2404", "size_gb": 200, "type": "pd-ssd"}, "labels": {"team": "ml"},
+       "network_interfaces": [{"network": "vpc", "access_config": [{"nat_ip": "34.1.2.3"}]}]}],
+     [{"name": "w", "machine_type": "big", "zone": "europe-west1-b", "boot_disk": {"image": "d"}, "network_interfaces": [{
+         "network": "d"}]},
+      {"name": "w", "machine_type": "e2-standard-2", "zone": "europe-west1-b", "boot_disk": {"image": "d", "size_gb": 5},
+       "network_interfaces": [{"network": "d"}]},
+      {"name": "w", "machine_type": "e2-standard-2", "zone": "europe-west1-b", "boot_disk": {"image": "d"},
+       "network_interfaces": []}])
+auto("cloud: DNS record (type-specific value via allOf if/then)", O({
+    "name": S(format="hostname"), "type": E("A", "AAAA", "CNAME", "MX", "TXT"), "ttl": I(minimum=60, maximum=86400),
+    "value": S(), "priority": I(minimum=0, maximum=65535)}, ["name", "type", "value"], allOf=[
+    {"if": {"properties": {"type": {"const": "A"}}}, "then": {"properties": {"value": {"format": "ipv4"}}}},
+    {"if": {"properties": {"type": {"const": "AAAA"}}}, "then": {"properties": {"value": {"format": "ipv6"}}}},
+    {"if": {"properties": {"type": {"const": "MX"}}}, "then": {"required": ["priority"]}}]),
+     [{"name": "www.example.com", "type": "A", "value": "203.0.113.7", "ttl": 300},
+      {"name": "example.com", "type": "MX", "value": "mail.example.com", "priority": 10},
+      {"name": "v6.example.com", "type": "AAAA", "value": "2001:db8::1"}],
+     [{"name": "www.example.com", "type": "A", "value": "example.com"},
+      {"name": "example.com", "type": "MX", "value": "mail.example.com"},
+      {"name": "v6.example.com", "type": "AAAA", "value": "203.0.113.7"}, {"name": "x.example", "type": "TXT", "value": "v", "ttl": 5}])
+auto("cloud: load balancer listener (port ranges, oneOf actions)", O({
+    "port": I(minimum=1, maximum=65535), "protocol": E("HTTP", "HTTPS", "TCP", "TLS", "UDP"),
+    "certificate_arn": S(pattern="^arn:aws:acm:"), "default_action": {"oneOf": [
+        O({"type": {"const": "forward"}, "target_group": S()}, ["type", "target_group"], False),
+        O({"type": {"const": "redirect"}, "status_code": E("HTTP_301", "HTTP_302"), "port": S(pattern="^[0-9]+$")},
+          ["type", "status_code"], False),
+        O({"type": {"const": "fixed-response"}, "status_code": S(pattern="^[2-5][0-9]{2}$"), "message_body": S(maxLength=1024)},
+          ["type", "status_code"], False)]}}, ["port", "protocol", "default_action"],
+    **{"if": {"properties": {"protocol": E("HTTPS", "TLS")}}, "then": {"required": ["certificate_arn"]}}),
+     [{"port": 80, "protocol": "HTTP", "default_action": {"type": "redirect", "status_code": "HTTP_301", "port": "443"}},
+      {"port": 443, "protocol": "HTTPS", "certificate_arn": "arn:aws:acm:eu-west-1:123:certificate/abc",
+       "default_action": {"type": "forward", "target_group": "web"}},
+      {"port": 8080, "protocol": "HTTP", "default_action": {"type": "fixed-response", "status_code": "503"}}],
+     [{"port": 443, "protocol": "HTTPS", "default_action": {"type": "forward", "target_group": "web"}},
+      {"port": 80, "protocol": "HTTP", "default_action": {"type": "redirect", "status_code": "HTTP_307"}},
+      {"port": 80, "protocol": "HTTP", "default_action": {"type": "fixed-response", "status_code": "600"}}])
+auto("cloud: container task definition (cpu/memory steps, port mappings)", O({
+    "family": S(pattern="^[A-Za-z0-9_-]{1,255}$"), "cpu": E("256", "512", "1024", "2048", "4096"),
+    "memory": I(minimum=512, maximum=30720, multipleOf=512), "networkMode": E("awsvpc", "bridge", "host", "none"),
+    "containerDefinitions": A(O({"name": S(), "image": S(), "essential": B(),
+                                 "portMappings": A(O({"containerPort": I(minimum=1, maximum=65535),
+                                                      "protocol": E("tcp", "udp")}, ["containerPort"]), maxItems=10),
+                                 "environment": A(O({"name": S(), "value": S()}, ["name", "value"], False))},
+                                ["name", "image"]), minItems=1, maxItems=10)}, ["family", "containerDefinitions"]),
+     [{"family": "web", "containerDefinitions": [{"name": "app", "image": "nginx"}]},
+      {"family": "api_v2", "cpu": "1024", "memory": 2048, "networkMode": "awsvpc",
+       "containerDefinitions": [{"name": "api", "image": "r/api:3", "essential": True,
+                                 "portMappings": [{"containerPort": 8080, "protocol": "tcp"}],
+                                 "environment": [{"name": "ENV", "value": "prod"}]}]}],
+     [{"family": "web", "memory": 1000, "containerDefinitions": [{"name": "a", "image": "b"}]},
+      {"family": "web", "cpu": "300", "containerDefinitions": [{"name": "a", "image": "b"}]},
+      {"family": "web", "containerDefinitions": [{"name": "a", "image": "b", "environment": [{"name": "A"}]}]}])
+
+
+# ---- a few more --------------------------------------------------------------------------------------------
+auto("opening hours (format time with offsets, weekday keys)", O({
+    day: A(O({"opens": S(format="time"), "closes": S(format="time")}, ["opens", "closes"], False), maxItems=3)
+    for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun")}, extra=False, minProperties=1),
+     [{"mon": [{"opens": "09:00:00+01:00", "closes": "17:30:00+01:00"}]},
+      {"sat": [{"opens": "10:00:00Z", "closes": "14:00:00Z"}], "sun": []}],
+     [{}, {"mon": [{"opens": "9am", "closes": "5pm"}]}, {"holiday": []}, {"tue": [{"opens": "25:00:00Z", "closes": "26:00:00Z"}]}])
+auto("sitemap-like entries (uri, date, changefreq, priority steps)", A(O({
+    "loc": S(format="uri", maxLength=2048), "lastmod": S(format="date"),
+    "changefreq": E("always", "hourly", "daily", "weekly", "monthly", "yearly", "never"),
+    "priority": N(minimum=0, maximum=1)}, ["loc"], False), maxItems=50),
+     [[], [{"loc": "https://example.com/", "lastmod": "2024-01-01", "changefreq": "daily", "priority": 1},
+           {"loc": "https://example.com/about", "priority": 0.5}]],
+     [[{"loc": "/relative"}], [{"loc": "https://e.example/", "priority": 1.5}], [{"loc": "https://e.example/", "changefreq": "sometimes"}]])
+auto("i18n message catalog (ICU placeholders, key naming)", {"type": "object", "propertyNames": {
+    "pattern": "^[a-z][a-zA-Z0-9]*(\\.[a-z][a-zA-Z0-9]*)*$"}, "additionalProperties": {"oneOf": [
+        S(minLength=1), O({"message": S(minLength=1), "description": S()}, ["message"], False)]}, "minProperties": 1},
+     [{"app.title": "Hello"}, {"cart.items": {"message": "{count, plural, one {# item} other {# items}}", "description": "badge"},
+                               "nav.home": "Home"}],
+     [{}, {"App.Title": "x"}, {"app.title": ""}, {"app.title": {"msg": "x"}}])
+auto("feature toggle rollout (percent multipleOf 5, segments)", O({
+    "key": S(pattern="^[a-z0-9-]+$"), "enabled": B(), "rollout_percent": I(minimum=0, maximum=100, multipleOf=5),
+    "segments": A(O({"attribute": E("country", "plan", "email_domain", "app_version"),
+                     "operator": E("in", "not_in", "semver_gte"), "values": A(S(), minItems=1, maxItems=50)},
+                    ["attribute", "operator", "values"], False), maxItems=10)}, ["key", "enabled"], False),
+     [{"key": "new-nav", "enabled": False}, {"key": "beta", "enabled": True, "rollout_percent": 25, "segments": [
+         {"attribute": "plan", "operator": "in", "values": ["pro", "team"]}]}],
+     [{"key": "x", "enabled": True, "rollout_percent": 33}, {"key": "x", "enabled": True, "segments": [
+         {"attribute": "plan", "operator": "in", "values": []}]}, {"key": "X Y", "enabled": True}])
+
 
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
     json.dump(C, out, indent=1, ensure_ascii=False)
 print(len(C), "schemas,", sum(len(c["valid"]) + len(c["invalid"]) for c in C), "instances")
+
