@@ -1,17 +1,22 @@
 """Real-world-shaped schemas (tests/data/real_world/corpus.json, written for sprig) on the default backend.
 
-Each schema is of a kind issue 15 found refused or mishandled: function-calling parameters, OpenAPI
-components with draft-4 `id` and `x-*`, Kubernetes-style objects with `x-kubernetes-*`, GeoJSON, package.json
-and tsconfig-like configuration (`dependencies`, unknown formats), vendor keywords (`self`, `links`,
-`esriDocumentation`), recursive trees, unconstrained payloads, `patternProperties`, `propertyNames`,
-min/maxProperties, `uniqueItems` over an enum, integer `multipleOf`, format with `maxLength`, `contains`,
-`unevaluatedProperties`. `jsonschema` first confirms every instance's label (with the formats sprig
-enforces asserted, OpenAPI's integer formats included); then every schema must
-compile, and every instance walked token by token must be accepted exactly when it is valid.
+Each schema is of a kind issue 15 found refused or mishandled: function-calling parameters of many APIs,
+OpenAPI components (Petstore-, GitHub- and Stripe-like) with draft-4 `id`, `x-*` and `example`,
+Kubernetes-style objects with `x-kubernetes-*`, GeoJSON, package.json / tsconfig / eslint / compose /
+workflow-like configuration (`dependencies`, unknown formats), Snowplow-like events and other vendor
+keywords (`self`, `links`, `esriDocumentation`, `_format`, `_uniqueItems`, `version`, `readonly`, `name`),
+recursive trees, unconstrained payloads nested deep, `patternProperties`, `propertyNames`,
+min/maxProperties, `uniqueItems`, integer `multipleOf`, `not`, overlapping `oneOf`, bounded arrays of
+objects and long enums. `jsonschema` first confirms every instance's label (with the formats sprig
+enforces asserted, OpenAPI's integer formats included). Then, as issue 15 accepts: at least 97 % of the
+schemas compile, every refusal is an `unsupported_keyword` / `grammar_too_complex` error naming its
+keyword, and every instance of a compiled schema, walked token by token, is accepted exactly when it is
+valid. An entry with `known_issue` (a sprig bug, kept in the corpus) is reported and skipped.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -19,16 +24,19 @@ import jsonschema
 import pytest
 from grammar_helpers import walk
 
-from sprig.grammar import GrammarSpec
+from sprig.grammar import GrammarError, GrammarSpec
 from sprig.grammar.formats import SUPPORTED_FORMATS
 from sprig.grammar.ordering import SchemaOrderer
 from sprig.grammar.schema_deps import INTEGER_FORMATS
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "real_world" / "corpus.json").read_text())
+MAX_REFUSED = 0.03  # issue 15: at least 97 % of the corpus compiles
 
 
-def format_checker() -> jsonschema.FormatChecker:
+def format_checker(validator_class) -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker()
+    # why: the plain checker's `time` is draft 3's (no offset); the draft's own checkers win, the rest stay
+    checker.checkers = {**checker.checkers, **validator_class.FORMAT_CHECKER.checkers}
     for name in [n for n in checker.checkers if n not in SUPPORTED_FORMATS]:
         del checker.checkers[name]  # why: formats sprig does not enforce are annotations (2020-12)
     for name, (lo, hi) in INTEGER_FORMATS.items():  # why: sprig bounds integers by OpenAPI's formats
@@ -36,23 +44,49 @@ def format_checker() -> jsonschema.FormatChecker:
     return checker
 
 
+def test_corpus_size_and_shape():
+    assert len(CORPUS) >= 200
+    assert len({e["name"] for e in CORPUS}) == len(CORPUS), "names are unique (they are test ids)"
+    for entry in CORPUS:
+        assert 2 <= len(entry["valid"]) <= 4 and 2 <= len(entry["invalid"]) <= 4, entry["name"]
+
+
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["name"] for e in CORPUS])
 def test_corpus_labels_agree_with_jsonschema(entry):
-    validator = jsonschema.validators.validator_for(entry["schema"])(entry["schema"], format_checker=format_checker())
-    assert all(validator.is_valid(v) for v in entry["valid"])
-    assert not any(validator.is_valid(v) for v in entry["invalid"])
+    cls = jsonschema.validators.validator_for(entry["schema"])
+    validator = cls(entry["schema"], format_checker=format_checker(cls))
+    assert [v for v in entry["valid"] if not validator.is_valid(v)] == [], "labelled valid, jsonschema rejects"
+    assert [v for v in entry["invalid"] if validator.is_valid(v)] == [], "labelled invalid, jsonschema accepts"
 
 
 def test_corpus_compiles_and_walks_exactly(compiler):
-    compiled_n, problems, instances = 0, [], 0
+    counts: collections.Counter = collections.Counter()
+    refused, problems, known = [], [], []
     for entry in CORPUS:
-        compiled = compiler.compile(GrammarSpec.json_schema(entry["schema"]))  # a refusal fails the test
-        compiled_n += 1
+        if entry.get("known_issue"):
+            known.append(f"{entry['name']}: {entry['known_issue']}")
+            continue
+        try:
+            compiled = compiler.compile(GrammarSpec.json_schema(entry["schema"]))
+        except GrammarError as err:
+            keyword = err.message.split("'")[1] if err.message.count("'") >= 2 else ""
+            refused.append(f"{entry['name']}: {keyword} at {err.pointer} ({err.message})")
+            if err.code not in ("unsupported_keyword", "grammar_too_complex") or not keyword:
+                problems.append(f"{entry['name']}: a refusal that names no keyword: {err.code}: {err.message}")
+            continue
+        counts["compiled"] += 1
         orderer = SchemaOrderer(entry["schema"])
         for value, valid in [(v, True) for v in entry["valid"]] + [(v, False) for v in entry["invalid"]]:
-            instances += 1
+            counts["instances"] += 1
             if walk(compiled, orderer.dumps(value)) != valid:
-                problems.append(f"{entry['name']}: {'false reject' if valid else 'false accept'}: {value}")
-    print(f"\ncorpus: {compiled_n} of {len(CORPUS)} schemas compiled, {instances} instances, "
-          f"{len(problems)} false accepts/rejects")
+                counts["false rejects" if valid else "false accepts"] += 1
+                problems.append(f"{entry['name']}: {'false reject' if valid else 'false accept'}: {orderer.dumps(value)}")
+    print(f"\ncorpus: {len(CORPUS)} schemas, {counts['compiled']} compiled, {len(refused)} refused "
+          f"({len(refused) / len(CORPUS):.1%}), {len(known)} skipped as known issues; {counts['instances']} instances "
+          f"walked, {counts['false accepts']} false accepts, {counts['false rejects']} false rejects")
+    for line in refused:
+        print("  refused:", line)
+    for line in known:
+        print("  known issue:", line)
     assert not problems, "\n".join(problems)
+    assert len(refused) + len(known) <= MAX_REFUSED * len(CORPUS), "more than 3 % of the corpus is refused"
