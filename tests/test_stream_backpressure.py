@@ -1,7 +1,7 @@
 """A reader that stalls costs only its unread output, and nobody else waits for it.
 
 The engine reports deltas into a per-call channel that merges what the reader has not taken yet
-(runtime/engine/output.py): however many steps a reader misses, its channel holds one pending delta per
+(runtime/engine/request.py): however many steps a reader misses, its channel holds one pending delta per
 sequence, whose size is the output produced since it last read.
 """
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from sprig.runtime.engine.engine import Engine
-from sprig.runtime.engine.output import DeltaChannel, StepDelta
+from sprig.runtime.engine.request import DeltaChannel, StepDelta
 
 STALL_S = 10.0
 MAX_NEW = 1500

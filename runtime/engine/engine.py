@@ -1,7 +1,7 @@
 """`sprig.Engine`: the thread-safe front of the engine core, with sync, async and streaming generation.
 
 A background thread runs the core's step loop. Callers on any thread or asyncio loop submit requests through an
-inbox; each call's requests report back through its own bounded `DeltaChannel` (output.py), so callers never
+inbox; each call's requests report back through its own bounded `DeltaChannel` (request.py), so callers never
 touch engine state. The engine sends deltas; the streams here build the cumulative dicts on the caller's side.
 """
 
@@ -25,10 +25,17 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
-from sprig.runtime.engine.output import DeltaChannel, StepDelta, StreamAccumulator, take_delta
-from sprig.runtime.engine.request import LogprobOptions, Request
+from sprig.runtime.engine.request import (
+    DeltaChannel,
+    LogprobOptions,
+    Request,
+    StepDelta,
+    StreamAccumulator,
+    take_delta,
+)
 from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.stop_checker import StopChecker
+from sprig.runtime.engine.summary import engine_stats
 from sprig.runtime.errors import RequestError
 
 logger = logging.getLogger(__name__)
@@ -326,43 +333,8 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """A snapshot of load, KV usage, cache figures and step timings."""
-        return self._call(self._stats)
+        return self._call(lambda: engine_stats(self.core))
 
-    def _stats(self) -> dict[str, Any]:
-        core, c = self.core, self.core.counters
-        kv = core.kv
-        total = kv.total_tokens
-        used = total - core.pool.num_free_tokens
-        decode_steps = max(c.decode_steps, 1)
-        return {
-            "running": len(core.scheduler.running),
-            "waiting": len(core.scheduler.waiting),
-            "kv_total_tokens": total,
-            "kv_used_tokens": used,
-            "kv_usage": used / total if total else 0.0,
-            "kv_free_tokens": core.pool.num_free_tokens,
-            "cache_evictable_tokens": core.tree.evictable_size,
-            "cache_protected_tokens": core.tree.protected_size,
-            "cached_tokens": c.cached_tokens,
-            "prompt_tokens": c.prompt_tokens,
-            "cache_hit_rate": c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0,
-            "generated_tokens": c.generated_tokens,
-            "computed_tokens": c.computed_tokens,
-            "num_preemptions": core.scheduler.num_preemptions,
-            "finished_requests": c.finished_requests,
-            "aborted_requests": c.aborted_requests,
-            "request_errors": c.request_errors,
-            "steps": c.steps,
-            "tokens_per_step": (sum(c.recent_step_tokens) / len(c.recent_step_tokens)) if c.recent_step_tokens
-            else 0.0,
-            "avg_decode_batch": c.decode_batch_tokens / decode_steps,
-            "model_time_s": c.model_time,
-            "step_time_s": c.step_time,
-            "context_length": core.context_length,
-            "page_size": core.pool.page_size,
-            "jump_forward_tokens": c.jump_forward_tokens,
-            "grammar": core.grammar.stats(),
-        }
 
 
 def _reporter(channel: DeltaChannel, index: int, stream: bool) -> Callable[[Request, bool], None]:

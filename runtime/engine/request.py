@@ -1,7 +1,18 @@
-"""A generation request as the scheduler sees it: its tokens, its KV pages and its output plumbing."""
+"""A generation request as the scheduler sees it (its tokens, its KV pages) and its output plumbing.
+
+What the engine hands back per step: deltas, a bounded channel per call, and cumulative results built by the reader.
+
+Each step the engine thread reports, for every updated sequence, only what that step added (`StepDelta`: new
+token ids, text and logprobs): O(new) work, whatever the sequence's length. A call's `DeltaChannel` keeps at most
+one pending delta per sequence, merging later ones into it while the reader has not taken it, so a reader that
+stalls holds O(its unread output) and never one queue entry per step. Readers that want the cumulative result
+dict (docs/architecture.md, "The result dict") fold the deltas with a `StreamAccumulator` on their own side.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -114,3 +125,189 @@ class Request:
         step = self.stop.abort(self.detok)
         self.text_delta += step.delta
         self.finish(FinishReason(FinishType.ABORT), error)
+
+
+@dataclass
+class StepDelta:
+    """What one or more steps added to sequence `index` of a call since its reader last looked."""
+
+    index: int
+    ids: list[int]
+    text: list[str]  # pieces, joined by the reader: merging stays O(1) per step
+    output_logprobs: list[Logprob]
+    input_logprobs: list[Logprob]
+    meta: dict[str, Any]  # the latest scalar meta_info (counts, finish_reason, e2e_latency)
+    finished: bool
+
+    def merge(self, later: StepDelta) -> None:
+        """Append a later delta of the same sequence."""
+        self.ids += later.ids
+        self.text += later.text
+        self.output_logprobs += later.output_logprobs
+        self.input_logprobs += later.input_logprobs
+        self.meta = later.meta
+        self.finished = later.finished
+
+    @property
+    def num_items(self) -> int:
+        """Token ids, text pieces and logprob entries held: what a stalled reader costs."""
+        return len(self.ids) + len(self.text) + len(self.output_logprobs) + len(self.input_logprobs)
+
+
+def take_delta(req: Request, index: int, finished: bool) -> StepDelta:
+    """The part of `req`'s output not reported yet, as a delta (engine thread; O(new))."""
+    ids = req.output_ids[req.reported_ids:]
+    req.reported_ids = len(req.output_ids)
+    text = [req.text_delta] if req.text_delta else []
+    req.text_delta = ""
+    out_lp: list[Logprob] = []
+    in_lp: list[Logprob] = []
+    if req.logprobs.return_logprob:
+        out_lp = req.output_logprobs[req.reported_output_logprobs:]
+        in_lp = req.input_logprobs[req.reported_input_logprobs:]
+        req.reported_output_logprobs = len(req.output_logprobs)
+        req.reported_input_logprobs = len(req.input_logprobs)
+    return StepDelta(index, ids, text, out_lp, in_lp, _meta(req, finished), finished)
+
+
+def _meta(req: Request, finished: bool) -> dict[str, Any]:
+    finish = None
+    if finished and req.finish_reason is not None:
+        finish = req.finish_reason.to_dict()
+        if req.error:
+            finish["message"] = req.error
+    end = req.finish_time or time.monotonic()
+    return {
+        "id": req.rid,
+        "prompt_tokens": len(req.prompt_ids),
+        "completion_tokens": len(req.output_ids),
+        "cached_tokens": req.cached_tokens,
+        "finish_reason": finish,
+        "e2e_latency": end - req.arrival,
+    }
+
+
+class DeltaChannel:
+    """The engine → caller channel of one call (a thread or an asyncio loop reads it).
+
+    `put` (engine thread) merges into the sequence's pending delta and wakes the reader once per batch of
+    puts; `take_nowait` hands over everything pending. Memory is bounded by the unread output, not by the
+    number of steps the reader missed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: dict[int, StepDelta] = {}
+        self._signalled = False
+        self._ready = asyncio.Event() if loop is not None else None
+
+    def put(self, delta: StepDelta) -> None:
+        """Hand a delta over; raises ConnectionError when the reader's event loop is gone."""
+        with self._lock:
+            pending = self._pending.get(delta.index)
+            if pending is None:
+                self._pending[delta.index] = delta
+            else:
+                pending.merge(delta)
+            if self._signalled:
+                return  # the reader has a wake-up on its way and will take this too
+            self._signalled = True
+            if self.loop is None:
+                self._cond.notify()
+                return
+        assert self._ready is not None
+        try:
+            self.loop.call_soon_threadsafe(self._ready.set)
+        except RuntimeError:  # the loop was closed: nobody will read this call's output
+            raise ConnectionError("the caller's event loop is closed") from None
+
+    def take_nowait(self) -> list[StepDelta]:
+        """Everything pending, in sequence order (empty when nothing is)."""
+        with self._lock:
+            return self._take_locked()
+
+    def _take_locked(self) -> list[StepDelta]:
+        out = [self._pending[i] for i in sorted(self._pending)]
+        self._pending.clear()
+        self._signalled = False
+        return out
+
+    def take(self, timeout: float) -> list[StepDelta]:
+        """Block (a thread reader) until something is pending or `timeout` passes."""
+        with self._cond:
+            if not self._pending:
+                self._cond.wait(timeout)
+            return self._take_locked()
+
+    async def take_async(self) -> list[StepDelta]:
+        """Wait (an asyncio reader, on `loop`) until something is pending, then take it."""
+        assert self._ready is not None
+        while True:
+            await self._ready.wait()
+            self._ready.clear()  # before taking: a put after the take schedules a fresh set()
+            out = self.take_nowait()
+            if out:
+                return out
+
+    @property
+    def pending_items(self) -> int:
+        """Ids, text pieces and logprob entries waiting for the reader."""
+        with self._lock:
+            return sum(d.num_items for d in self._pending.values())
+
+    @property
+    def pending_deltas(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
+@dataclass
+class _Sequence:
+    """One sequence's output so far, kept in the result dict's own shapes so a result is a few list copies."""
+
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    input_pairs: list[tuple[float | None, int]] = field(default_factory=list)
+    output_pairs: list[tuple[float | None, int]] = field(default_factory=list)
+    input_top: list[list[tuple[float, int]]] = field(default_factory=list)
+    output_top: list[list[tuple[float, int]]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamAccumulator:
+    """Folds a call's deltas into cumulative result dicts (the reader's side).
+
+    Each delta is converted once, when applied; a result then copies lists of references (no per-token objects
+    are built again), which keeps a long stream's reader cheap and its garbage small.
+    """
+
+    def __init__(self, num_sequences: int, logprobs: bool, top_logprobs: bool) -> None:
+        self._seqs = [_Sequence() for _ in range(num_sequences)]
+        self._logprobs = logprobs
+        self._top = top_logprobs
+
+    def apply(self, delta: StepDelta) -> None:
+        seq = self._seqs[delta.index]
+        seq.text += "".join(delta.text)
+        seq.ids += delta.ids
+        seq.meta = delta.meta
+        if self._logprobs:
+            seq.input_pairs += [(lp, tok) for lp, tok, _ in delta.input_logprobs]
+            seq.output_pairs += [(lp, tok) for lp, tok, _ in delta.output_logprobs]
+            if self._top:
+                seq.input_top += [top for _, _, top in delta.input_logprobs]
+                seq.output_top += [top for _, _, top in delta.output_logprobs]
+
+    def result(self, index: int) -> dict[str, Any]:
+        """The result dict of sequence `index` so far (fresh lists: the caller may keep it)."""
+        seq = self._seqs[index]
+        meta = dict(seq.meta)
+        if self._logprobs:
+            meta["input_token_logprobs"] = list(seq.input_pairs)
+            meta["output_token_logprobs"] = list(seq.output_pairs)
+            if self._top:
+                meta["input_top_logprobs"] = list(seq.input_top)
+                meta["output_top_logprobs"] = list(seq.output_top)
+        return {"text": seq.text, "output_ids": list(seq.ids), "meta_info": meta}

@@ -1,6 +1,8 @@
-"""The start-up summary: what an engine loaded and how it will run, as (label, value) lines for one log block."""
+"""What an engine reports about itself: the start-up block (what it loaded and how it will run) and its stats."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -41,3 +43,41 @@ def format_block(title: str, facts: list[tuple[str, str]]) -> str:
     """`title` then one aligned `label: value` line per fact."""
     width = max(len(label) for label, _ in facts)
     return "\n".join([title, *(f"  {label + ':':<{width + 1}} {value}" for label, value in facts)])
+
+
+def engine_stats(core: EngineCore) -> dict[str, Any]:
+    """A snapshot of load, KV usage, cache figures and step timings (call it on the engine thread)."""
+    c = core.counters
+    kv = core.kv
+    total = kv.total_tokens
+    used = total - core.pool.num_free_tokens
+    decode_steps = max(c.decode_steps, 1)
+    return {
+        "running": len(core.scheduler.running),
+        "waiting": len(core.scheduler.waiting),
+        "kv_total_tokens": total,
+        "kv_used_tokens": used,
+        "kv_usage": used / total if total else 0.0,
+        "kv_free_tokens": core.pool.num_free_tokens,
+        "cache_evictable_tokens": core.tree.evictable_size,
+        "cache_protected_tokens": core.tree.protected_size,
+        "cached_tokens": c.cached_tokens,
+        "prompt_tokens": c.prompt_tokens,
+        "cache_hit_rate": c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0,
+        "generated_tokens": c.generated_tokens,
+        "computed_tokens": c.computed_tokens,
+        "num_preemptions": core.scheduler.num_preemptions,
+        "finished_requests": c.finished_requests,
+        "aborted_requests": c.aborted_requests,
+        "request_errors": c.request_errors,
+        "steps": c.steps,
+        "tokens_per_step": (sum(c.recent_step_tokens) / len(c.recent_step_tokens)) if c.recent_step_tokens
+        else 0.0,
+        "avg_decode_batch": c.decode_batch_tokens / decode_steps,
+        "model_time_s": c.model_time,
+        "step_time_s": c.step_time,
+        "context_length": core.context_length,
+        "page_size": core.pool.page_size,
+        "jump_forward_tokens": c.jump_forward_tokens,
+        "grammar": core.grammar.stats(),
+    }

@@ -1,16 +1,99 @@
-"""Helpers every route module shares: the server state of a request, its tenant, JSON responses, body specs."""
+"""What every route module shares: reading request bodies, the server state of a request, its tenant, responses.
+
+Bodies are read here rather than by FastAPI so that the size limit (413) is enforced while reading (never
+buffering an oversized body first), `NaN`/`Infinity` literals and non-object bodies are refused (orjson rejects
+them), and every failure becomes a 400 with the OpenAI error body.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from sprig.runtime.server.auth import Tenant
+from sprig.runtime.server.http_errors import (
+    APIError,
+    ClientGone,
+    ErrorType,
+    bad_request,
+    from_validation_error,
+)
 from sprig.runtime.server.openai_convert import TokenTexts
 from sprig.runtime.server.state import ServerState
+
+M = TypeVar("M", bound=BaseModel)
+
+_JSON_TYPES = ("application/json",)
+
+
+def _check_content_type(request: Request) -> None:
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return  # why: curl and many scripts send JSON without a content type
+    media = ctype.split(";", 1)[0].strip().lower()
+    if media in _JSON_TYPES or media.endswith("+json"):
+        return
+    raise APIError(415, f"unsupported content type {media[:64]!r}; send application/json",
+                   ErrorType.INVALID_REQUEST, None, "unsupported_media_type")
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"request body exceeds {limit} bytes", ErrorType.INVALID_REQUEST, None,
+                    "request_too_large")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refusing one over `limit` bytes before reading it (Content-Length) or while reading it."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit() or len(declared) > 18:
+            raise bad_request("invalid Content-Length header", None, "invalid_header")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone() from None
+    return b"".join(chunks)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """Parse a JSON object; anything else (invalid JSON, NaN, arrays, strings) is a 400."""
+    if not raw.strip():
+        raise bad_request("the request body is empty; send a JSON object", None, "invalid_json")
+    try:
+        data = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError) as e:
+        raise bad_request(f"the request body is not valid JSON: {str(e)[:160]}", None, "invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("the request body must be a JSON object", None, "invalid_json")
+    return data
+
+
+def validate_model(model: type[M], data: dict[str, Any]) -> M:
+    """Validate a parsed body against a protocol model; errors name the field (`param`)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e) from None
+    except RecursionError:  # why: absurdly nested bodies must be a 400, not a crash
+        raise bad_request("the request body is nested too deeply", None, "invalid_json") from None
+
+
+async def read_model(request: Request, model: type[M], limit: int) -> M:
+    """Read, parse and validate a JSON request body in one step."""
+    _check_content_type(request)
+    return validate_model(model, parse_json_object(await read_body(request, limit)))
 
 
 def body_spec(model: type) -> dict[str, Any]:

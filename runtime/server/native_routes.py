@@ -23,8 +23,14 @@ from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
 from sprig.runtime.server.auth import forbidden
-from sprig.runtime.server.http_body import read_model
-from sprig.runtime.server.http_common import body_spec, get_state, json_response, state_texts, tenant_of
+from sprig.runtime.server.http_common import (
+    body_spec,
+    get_state,
+    json_response,
+    read_model,
+    state_texts,
+    tenant_of,
+)
 from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request
 from sprig.runtime.server.native_stream import ChunkCutter, stream_intervals
 from sprig.runtime.server.openai_convert import EngineCall, TokenTexts, check_timeout

@@ -11,8 +11,14 @@ from typing import Any, Protocol
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from sprig.runtime.server.http_body import read_model
-from sprig.runtime.server.http_common import body_spec, get_state, json_response, state_texts, tenant_of
+from sprig.runtime.server.http_common import (
+    body_spec,
+    get_state,
+    json_response,
+    read_model,
+    state_texts,
+    tenant_of,
+)
 from sprig.runtime.server.http_errors import APIError, ErrorType
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
