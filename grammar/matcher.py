@@ -176,17 +176,25 @@ class GrammarMatcher:
     def find_jump_forward_tokens(self) -> JumpForward | None:
         """The forced continuation re-tokenized together with the last output token (see `JumpForward`)."""
         text = self.find_jump_forward_string()
-        tokenizer = self._info.tokenizer
-        if not text or tokenizer is None:
+        if not text or self._info.tokenizer is None:
             return None
-        for k in (1, 0) if self._history else (0,):
-            plan = self._retokenize(text, k)
-            if plan is not None:
-                return plan
+        for k in (1, 0) if self._accepted_log() else (0,):
+            retokenized = self._retokenize(text, k)
+            if retokenized is None:
+                continue
+            recent, ids = retokenized
+            if ids and self._accepts_after_rollback(len(recent), ids):
+                return JumpForward(len(recent), tuple(ids), text)
         return None
 
-    def _retokenize(self, text: str, k: int) -> JumpForward | None:
-        recent = [entry[0] for entry in list(self._history)[len(self._history) - k:]]
+    def _accepted_log(self) -> deque[Any]:
+        """The last accepted tokens, oldest first, each entry starting with its token id."""
+        return self._history
+
+    def _retokenize(self, text: str, k: int) -> tuple[list[int], list[int]] | None:
+        """The last `k` tokens + `text` tokenized again: (the old tokens that change, the new ids), or None."""
+        log = self._accepted_log()
+        recent = [entry[0] for entry in list(log)[len(log) - k:]]
         prefix = b"".join(self._info.token_bytes[t] or b"" for t in recent)
         try:
             full = prefix.decode("utf-8") + text
@@ -198,13 +206,16 @@ class GrammarMatcher:
         while recent and ids and ids[0] == recent[0]:
             recent.pop(0)
             ids.pop(0)
-        start = self._history[len(self._history) - len(recent)][1] if recent else self.state
-        state = start
+        return recent, ids
+
+    def _accepts_after_rollback(self, rollback: int, ids: list[int]) -> bool:
+        """Whether the automaton, `rollback` tokens back, accepts `ids`."""
+        state = self._history[len(self._history) - rollback][1] if rollback else self.state
         for tok in ids:
             state = self._index.get_next_state(state, tok)
             if state is None:
-                return None
-        return JumpForward(len(recent), tuple(ids), text) if ids else None
+                return False
+        return True
 
 
 def forced_byte(compiled: CompiledGrammar, state: int) -> int:

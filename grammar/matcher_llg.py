@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from sprig.grammar import labels
-from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, JumpForward, _bit, _whole_chars
+from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, _bit
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -118,35 +118,11 @@ class LlgMatcher(GrammarMatcher):
             return b""
         return bytes(self._m.compute_ff_bytes()[:MAX_JUMP_BYTES])
 
-    def find_jump_forward_string(self) -> str:
-        return _whole_chars(self.find_jump_forward_bytes())
+    def _accepted_log(self) -> deque[Any]:
+        return self._trail
 
-    def find_jump_forward_tokens(self) -> JumpForward | None:
-        text = self.find_jump_forward_string()
-        if not text or self._info.tokenizer is None:
-            return None
-        for k in (1, 0) if self._trail else (0,):
-            plan = self._retokenize(text, k)
-            if plan is not None:
-                return plan
-        return None
-
-    def _retokenize(self, text: str, k: int) -> JumpForward | None:
-        recent = [entry[0] for entry in list(self._trail)[len(self._trail) - k:]]
-        prefix = b"".join(self._info.token_bytes[t] or b"" for t in recent)
-        try:
-            full = prefix.decode("utf-8") + text
-        except UnicodeDecodeError:
-            return None
-        ids = list(self._info.tokenizer.encode(full, add_special_tokens=False).ids)
-        if b"".join(self._info.token_bytes[t] or b"\x00" for t in ids) != full.encode("utf-8"):
-            return None  # why: the tokenizer rewrote the text (prefix space, normalization): do not guess
-        while recent and ids and ids[0] == recent[0]:
-            recent.pop(0)
-            ids.pop(0)
-        if not ids:
-            return None
+    def _accepts_after_rollback(self, rollback: int, ids: list[int]) -> bool:
         probe = self._m.deep_copy()
-        if recent and not probe.rollback(len(recent)):
-            return None
-        return JumpForward(len(recent), tuple(ids), text) if probe.validate_tokens(ids) == len(ids) else None
+        if rollback and not probe.rollback(rollback):
+            return False
+        return bool(probe.validate_tokens(ids) == len(ids))

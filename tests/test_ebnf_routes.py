@@ -12,11 +12,10 @@ import re
 
 import httpx
 import pytest
+from test_grammar_ebnf import lark_checker
 from test_server_helpers import ServerProcess
 
 from sprig.runtime.engine.engine import Engine
-
-lark = pytest.importorskip("lark")
 
 ARITHMETIC = r"""
 root ::= expr
@@ -51,19 +50,6 @@ name ::= "search" | "lookup"
 """
 
 
-def lark_check(grammar: str):
-    parser = lark.Lark(grammar, parser="earley", lexer="dynamic")
-
-    def check(text: str) -> bool:
-        try:
-            parser.parse(text)
-        except lark.exceptions.LarkError:
-            return False
-        return True
-
-    return check
-
-
 def tool_call_check(text: str) -> bool:
     match = re.fullmatch(r"<tool_call>(.*)</tool_call>", text, re.S)
     if match is None:
@@ -76,7 +62,7 @@ def tool_call_check(text: str) -> bool:
         and set(call["arguments"]) == {"q"}
 
 
-CASES = {"arithmetic": (ARITHMETIC, lark_check(ARITHMETIC_LARK)), "sql": (SQL, lark_check(SQL_LARK)),
+CASES = {"arithmetic": (ARITHMETIC, lark_checker(ARITHMETIC_LARK)), "sql": (SQL, lark_checker(SQL_LARK)),
          "tool_call": (TOOL_CALL, tool_call_check)}
 BUDGET = {"max_new_tokens": 96, "temperature": 1.0}
 
