@@ -411,3 +411,11 @@ def test_wrong_content_type_is_415_and_unknown_route_404(http):
 def test_unknown_fields_are_ignored(http):
     resp = http.post(C, json={"prompt": "x", "max_tokens": 2, "chat_template_kwargs": {"x": 1}, "foo": [1]})
     assert resp.status_code == 200
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_bad_token_budget_is_reported_under_the_name_the_client_sent(http, field):
+    r = http.post("/v1/chat/completions", json={"messages": MSG, field: -1})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == field and field in error["message"] and "max_new_tokens" not in error["message"]

@@ -81,12 +81,14 @@ def bad_request(message: str, param: str | None = None, code: str | None = "inva
 
 
 def from_value_error(error: ValueError, rename: Mapping[str, str] | None = None) -> APIError:
-    """A 400 from an engine/grammar validation error (`param` and `code` attributes), renaming engine params."""
+    """A 400 from an engine/grammar validation error (`param` and `code` attributes), renaming engine params
+    to the names the client sent, in `param` and in the message."""
     param = getattr(error, "param", None)
-    if param is not None and rename:
-        param = rename.get(param, param)
-    code = getattr(error, "code", None) or "invalid_request"
     message = getattr(error, "message", None) or str(error)
+    if param is not None and rename and param in rename:
+        message = re.sub(rf"\b{re.escape(param)}\b", rename[param], message)
+        param = rename[param]
+    code = getattr(error, "code", None) or "invalid_request"
     if code == "queue_full":
         return APIError(503, message, ErrorType.UNAVAILABLE, None, code, {"Retry-After": "1"})
     return bad_request(message, param, str(code))

@@ -342,6 +342,8 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, max_sequences: int) ->
     kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": bool(req.logprobs),
               "top_logprobs_num": top}
     rename = {**CHAT_PARAMS, **constraint.rename}
+    if req.max_completion_tokens is not None:
+        rename["max_new_tokens"] = "max_completion_tokens"
     if extra is not None:  # why: grammar errors name json_schema; the client sent response_format or tools
         rename["json_schema"] = "response_format.json_schema.schema" if fmt_schema is not None else "tools"
     _add_priority(kwargs, req)
