@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 
 import pytest
 from tokenizers import Tokenizer
@@ -15,6 +16,7 @@ from tokenizers import Tokenizer
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
+from sprig.runtime.engine.stop_regex import StopRegexTimeout
 from sprig.runtime.model.checkpoints import checkpoint_path
 
 EOS = 0
@@ -252,3 +254,12 @@ def test_random_regex_streams_match_python_re_and_never_show_cut_text() -> None:
         for d in deltas:
             shown += d
             assert expected.startswith(shown), (patterns, pieces, deltas)
+
+
+def test_a_backtracking_stop_regex_stops_its_request_within_its_budget() -> None:
+    start = time.perf_counter()
+    with pytest.raises(StopRegexTimeout) as caught:
+        run(SamplingParams(stop_regex=[r"(a|aa)+$"]), ["a" * 40 + "c"])  # exponential in the run of a's
+    assert time.perf_counter() - start < 1.0
+    assert (caught.value.param, caught.value.code) == ("stop_regex", "stop_regex_timeout")
+    assert "took longer than" in caught.value.message

@@ -19,6 +19,7 @@ from sprig.runtime.engine.request import Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
 from sprig.runtime.engine.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
+from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoints import demo_model_path
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
@@ -308,6 +309,10 @@ class EngineCore:
         """Run one request's post-processing; an exception fails that request only."""
         try:
             fn(*args)
+        except RequestError as e:  # the request's own fault found while it runs (a runaway stop_regex)
+            logger.warning("request %s stopped: %s", req.rid, e)
+            self.counters.request_errors += 1
+            req.abort(str(e))
         except Exception as e:  # noqa: BLE001 - isolate any per-request failure from the batch
             logger.exception("request %s failed in post-processing", req.rid)
             self.counters.request_errors += 1

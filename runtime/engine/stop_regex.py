@@ -12,6 +12,20 @@ from dataclasses import dataclass
 
 import regex
 
+from sprig.runtime.errors import RequestError
+
+SEARCH_TIMEOUT_S = 0.05  # why: a backtracking pattern must not stall the engine thread every request shares
+
+
+class StopRegexTimeout(RequestError):
+    """A stop regex took longer than its budget on the output: the request is stopped, the engine goes on."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(f"stop_regex {pattern[:64]!r} took longer than {SEARCH_TIMEOUT_S * 1000:.0f} ms to search "
+                         "the output (catastrophic backtracking?); the request was stopped", "stop_regex",
+                         "stop_regex_timeout")
+
+
 
 @dataclass(frozen=True)
 class RegexMatch:
@@ -38,7 +52,7 @@ def first_match(patterns: tuple[str, ...], text: str, pos: int) -> RegexMatch | 
     """The earliest-starting match of any pattern in `text[pos:]` (on a tie, the pattern listed first)."""
     best: RegexMatch | None = None
     for pattern in patterns:
-        m = compile_stop_regex(pattern).search(text, pos)
+        m = _search(pattern, text, pos, partial=False)
         if m is not None and (best is None or m.start() < best.start):
             best = RegexMatch(m.start(), m.end(), pattern)
     return best
@@ -48,7 +62,14 @@ def partial_start(patterns: tuple[str, ...], text: str, pos: int) -> int:
     """The earliest index >= `pos` where the rest of `text` could still grow into a match (len(text) if none)."""
     start = len(text)
     for pattern in patterns:
-        m = compile_stop_regex(pattern).search(text, pos, partial=True)
+        m = _search(pattern, text, pos, partial=True)
         if m is not None:
             start = min(start, m.start())
     return start
+
+
+def _search(pattern: str, text: str, pos: int, partial: bool) -> regex.Match[str] | None:
+    try:
+        return compile_stop_regex(pattern).search(text, pos, partial=partial, timeout=SEARCH_TIMEOUT_S)
+    except TimeoutError:
+        raise StopRegexTimeout(pattern) from None
