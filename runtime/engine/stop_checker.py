@@ -88,7 +88,9 @@ class StopChecker:
         self.finish: FinishReason | None = None
         self._text = ""
         self._emitted = 0
-        self._regex_from = 0  # stop regex matches are searched from here (text before min_new_tokens is skipped)
+        # Stop regex matches are searched from here: the earliest place a match could still start (text before
+        # min_new_tokens is skipped), so a step searches the open tail, not the whole text.
+        self._regex_from = 0
 
     @property
     def text(self) -> str:
@@ -148,7 +150,9 @@ class StopChecker:
         best = self._string_match(old_len)
         if self.stop_regex:
             found = first_match(self.stop_regex, self._text, self._regex_from)
-            if found is not None and (best is None or found.start < best[0]):
+            if found is None:  # why: a later match can only start where a partial one starts now: search from there
+                self._regex_from = partial_start(self.stop_regex, self._text, self._regex_from)
+            elif best is None or found.start < best[0]:
                 best = (found.start, found.pattern)
         if best is None:
             return None
@@ -182,7 +186,7 @@ class StopChecker:
         text = self._text
         best = 0
         if self.stop_regex:
-            best = len(text) - partial_start(self.stop_regex, text, max(self._emitted, self._regex_from))
+            best = len(text) - max(self._emitted, self._regex_from)  # `_add_text` keeps _regex_from current
         for stop in self.stop_strings:
             lo = max(self._emitted, len(text) - len(stop) + 1)  # a longer suffix cannot be a proper prefix
             i = text.find(stop[0], lo)
