@@ -31,7 +31,10 @@ class Lex(Term):
 
 @dataclass(frozen=True)
 class LexAnd(Term):
-    parts: tuple[ir.Node, ...]  # one lexeme matching every part (llguidance intersects them lazily)
+    """One lexeme matching every part and none of `excluded` (llguidance intersects and negates lazily)."""
+
+    parts: tuple[ir.Node, ...]
+    excluded: tuple[ir.Node, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def _rule_name(name: str) -> str:
 
 def _productive(term: Term, live: set[str]) -> bool:
     if isinstance(term, Lex | LexAnd):
-        return True  # why: the emitters only build LexAnd over a non-empty intersection
+        return True  # why: the emitters only build LexAnd over a non-empty language
     if isinstance(term, Sym):
         return term.name in live
     if isinstance(term, Cat):
@@ -184,7 +187,8 @@ def _render(term: Term, lexemes: dict[str, str]) -> str:
         nodes = (term.regex,) if isinstance(term, Lex) else term.parts
         if max(n.min_len for n in nodes) > MAX_REQUIRED_COUNT:
             raise too_complex(f"a value of at least {max(n.min_len for n in nodes)} characters")
-        text = " & ".join(f"/{_lexeme_text(n)}/" for n in nodes)
+        excluded = term.excluded if isinstance(term, LexAnd) else ()
+        text = " & ".join([f"/{_lexeme_text(n)}/" for n in nodes] + [f"~/{_lexeme_text(n)}/" for n in excluded])
         if len(text) > MAX_LEXEME_CHARS:
             raise too_complex(f"a lexeme of more than {MAX_LEXEME_CHARS} regex characters")
         return lexemes.setdefault(text, f"L{len(lexemes)}")

@@ -22,6 +22,7 @@ from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema_eval import Evaluator, canonical
 from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
 from sprig.grammar.schema_values import (
+    S_ALL,
     S_NONE,
     ArrShape,
     Bound,
@@ -269,9 +270,21 @@ class CfgEmitter:
                     return None
                 continue  # why: a forbidden key (false schema) is simply never written
             entries.append((cat(lex(ir.seq(ir.lit(dumps(key)), self.p.colon)), self.rule(expr)), required))
+        return entries, self._other_keys(shape)
+
+    def _other_keys(self, shape: ObjShape) -> Term | None:
+        """Key-value pairs for the keys `properties` does not declare, or None where there can be none."""
+        declared = [k for k, _, _ in shape.entries]
+        if declared and not shape.patterns and shape.names == S_ALL:  # why: the common open object
+            if self.ev.eval_child(shape.additional, ()) == ValueSet.bottom():
+                return None
+            # why: "any key but these" as llguidance's lazy negation, not a complemented trie built here
+            key = LexAnd((ir.seq(ANY_STRING, self.p.colon),),
+                         (ir.seq(ir.alt(*(json_string(ir.lit(k)) for k in declared)), self.p.colon),))
+            return cat(key, self.rule(shape.additional))
         pairs = [cat(lex(ir.seq(json_string(keys), self.p.colon)), self.rule(expr))
                  for keys, expr in strings.undeclared_keys(shape) if self.ev.eval_child(expr, ()) != ValueSet.bottom()]
-        return entries, (choice(*pairs) if pairs else None)
+        return choice(*pairs) if pairs else None
 
     def _counted_object(self, shape: ObjShape) -> Term:
         """An object with minProperties/maxProperties: one rule per (entry, keys written so far)."""

@@ -304,3 +304,11 @@ def test_an_empty_format_and_length_intersection_accepts_nothing(compiler):
     compiled = compiler.compile(GrammarSpec.json_schema(
         {"type": "array", "items": {"type": "string", "format": "uuid", "maxLength": 5}}))
     assert accepts(compiled, "[]") and not accepts(compiled, '["a"]')
+
+
+@pytest.mark.parametrize("additional", [True, {"type": "integer"}])
+def test_undeclared_keys_take_additional_properties_and_declared_keys_only_their_own(compiler, additional):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "boolean"}},
+              "additionalProperties": additional}
+    keys = ["name", "n", "", "nam", "names", "na\"me", "nàme", "name\n", "\u0001", "N"]
+    agrees(compiler, schema, [{k: v} for k in keys for v in ("x", 1, True)] + [{"name": "a", "nam": 2}])
