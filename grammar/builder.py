@@ -17,6 +17,7 @@ from sprig.grammar.json_text import json_string
 from sprig.grammar.llg import LarkBuild, build_lark
 from sprig.grammar.regex_specs import regex_tree
 from sprig.grammar.spec import GrammarSpec
+from sprig.grammar.strings import determinized
 from sprig.grammar.vocabulary import TokenizerInfo
 
 
@@ -66,6 +67,8 @@ def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
     _WORKER_INFO[:] = [info]
     for name in SUPPORTED_FORMATS:  # why: parsing the format regexes once here keeps them out of compile times
         json_string(format_language(name))
+        determinized(format_language(name))  # why: a format with a length is checked for emptiness on these
+    import numpy  # noqa: F401  # why: multipleOf minimizes with it; its import (~0.3 s) is start-up, not a compile
     if backend == "outlines":
         _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 

@@ -93,9 +93,14 @@ def intersection_parts(expr: SExpr) -> list[ir.Node] | None:
             for i in sorted(expr.items, key=repr)]
 
 
+@functools.lru_cache(maxsize=256)  # why: formats recur in every schema; their automata take 10-60 ms each
+def determinized(node: ir.Node) -> fsm.Dfa:
+    return fsm.determinize(node)
+
+
 def intersection_is_empty(parts: list[ir.Node], budget: int = 200_000) -> bool:
     """Whether no string is in every part: a breadth-first search of the product, stopping at a witness."""
-    dfas = [fsm.determinize(p) for p in parts]
+    dfas = [determinized(p) for p in parts]
     start = tuple(0 for _ in dfas)
     seen, queue = {start}, collections.deque([start])
     while queue:
