@@ -37,6 +37,7 @@ from grammar_decode import constraint_overhead, jump_forward  # noqa: E402
 from grammar_peers import WalkResult, llguidance_walk, percentile, sprig_walk, xgrammar_walk  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "grammar_bench.json"
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_world" / "corpus.json"
 
 USER = {"type": "object", "properties": {
     "login": {"type": "string", "maxLength": 39}, "id": {"type": "integer", "minimum": 1},
@@ -200,6 +201,37 @@ def _walks(compilers: dict[str, GrammarCompiler], engines: list[str], rounds: in
     return out
 
 
+def corpus_walks(info: TokenizerInfo, engines: list[str], limit: int) -> list[WalkResult]:
+    """Every engine on the real-world corpus (tests/data/real_world): compile each schema cold, then walk its
+    first valid instance twice (cold, then warm)."""
+    corpus = json.loads(CORPUS.read_text())[:limit]
+    with GrammarCompiler(info, max_workers=1) as compiler:
+        compiler.compile(GrammarSpec.regex("warm"))  # why: worker start-up is not compile time
+        out = []
+        for entry in corpus:
+            schema, instance = entry["schema"], entry["valid"][0]
+            ids = info.tokenizer.encode(schema_ordered_dumps(schema, instance, JsonOptions()),
+                                        add_special_tokens=False).ids
+            for engine in engines:
+                if engine == "sprig":
+                    r = sprig_walk(compiler, entry["name"], schema, ids, 2, JsonOptions())
+                elif engine in ("xgrammar", "xgrammar-strict"):
+                    r = xgrammar_walk(info, entry["name"], schema, ids, 2, strict=engine == "xgrammar-strict")
+                elif engine == "llguidance":
+                    r = llguidance_walk(info, entry["name"], schema, ids, 2)
+                else:
+                    continue
+                out.append(r)
+    for engine in dict.fromkeys(r.engine for r in out):
+        slow = sorted((r for r in out if r.engine == engine and r.compile_s is not None),
+                      key=lambda r: -(r.compile_s or 0))[:3]
+        rejected = [r.schema for r in out if r.engine == engine and r.accepted is False]
+        print(f"# corpus, {engine}: slowest compiles " + ", ".join(f"{r.schema} {r.compile_s * 1e3:.0f} ms"
+                                                                 for r in slow if r.compile_s is not None)
+              + f"; valid instance rejected: {len(rejected)} {rejected[:5]}")
+    return out
+
+
 def summary(rows: list[WalkResult]) -> dict[str, dict[str, float | int | None]]:
     """Per engine: compile p50/p99 (s) over the schemas it compiled, warm mask p50/p99 (us) over all tokens."""
     out: dict[str, dict[str, float | int | None]] = {}
@@ -216,8 +248,8 @@ def summary(rows: list[WalkResult]) -> dict[str, dict[str, float | int | None]]:
     return out
 
 
-def print_summary(vocab: int, table: dict[str, dict[str, float | int | None]]) -> None:
-    print(f"# summary, vocab {vocab}: engine, schemas (refused/failed), compile p50/p99 ms, mask p50/p99 us")
+def print_summary(vocab: int, table: dict[str, dict[str, float | int | None]], what: str = "schemas above") -> None:
+    print(f"# summary of the {what}, vocab {vocab}: engine, schemas (refused/failed), compile p50/p99 ms, mask p50/p99 us")
     for engine, s in table.items():
         c50, c99 = (None if s[k] is None else float(s[k]) * 1e3 for k in ("compile_p50_s", "compile_p99_s"))  # type: ignore[arg-type]
         print(f"#   {engine:16} {s['schemas']:3} ({s['refused_or_failed']}) {fmt(c50, '9.1f')} {fmt(c99, '9.1f')} "
@@ -244,6 +276,8 @@ def main() -> None:
                         default="sprig,sprig-strict,sprig-outlines,xgrammar,xgrammar-strict,llguidance")
     parser.add_argument("--decode-runs", type=int, default=5, help="0 skips the demo-model decode runs")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--corpus", type=int, default=1000,
+                        help="real-world corpus schemas to compile and walk per vocabulary (0 skips)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -260,6 +294,11 @@ def main() -> None:
         report["walks"] += [r.row() for r in rows]
         report.setdefault("summary", {})[vocab] = table = summary(rows)
         print_summary(vocab, table)
+        if args.corpus:
+            rows = corpus_walks(info, args.engines.split(","), args.corpus)
+            report.setdefault("corpus_walks", []).extend(r.row() for r in rows)
+            report.setdefault("corpus_summary", {})[vocab] = table = summary(rows)
+            print_summary(vocab, table, "corpus")
         apply = {b: apply_cost(info.vocab_size, b) for b in (1, 32)}
         report["apply_us"][vocab] = apply
         print(f"# apply_token_bitmask_ (CPU, p50): batch 1 {apply[1]:.0f} us, batch 32 {apply[32]:.0f} us")

@@ -130,10 +130,7 @@ def xgrammar_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int], 
     except ImportError as exc:
         result.error = f"not installed ({exc.name})"
         return result
-    vocab = [raw or b"" for raw in info.token_bytes] + [b""] * (info.vocab_size - len(info.token_bytes))
-    tok_info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=info.vocab_size,
-                                 stop_token_ids=list(info.eos_token_ids))
-    compiler = xgr.GrammarCompiler(tok_info, max_threads=1, cache_enabled=False)
+    compiler = xgr.GrammarCompiler(_xgrammar_tokenizer(info), max_threads=1, cache_enabled=False)
     t0 = time.perf_counter()
     try:
         compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
@@ -158,12 +155,11 @@ def llguidance_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int]
         import llguidance
         import llguidance.hf
         import llguidance.torch as lt
-        from transformers import PreTrainedTokenizerFast
+        import transformers  # noqa: F401
     except ImportError as exc:
         result.error = f"not installed ({exc.name})"
         return result
-    hf = PreTrainedTokenizerFast(tokenizer_object=info.tokenizer)
-    tokenizer = llguidance.hf.from_tokenizer(hf, n_vocab=info.vocab_size, eos_token=info.eos_token_ids[0])
+    tokenizer = _llguidance_tokenizer(info)
     grammar = llguidance.LLMatcher.grammar_from_json_schema(
         json.dumps(schema), defaults={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"})
     t0 = time.perf_counter()
@@ -180,3 +176,29 @@ def llguidance_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int]
                 lambda t: m.consume_token(t) and not m.is_error(), m.is_accepting)
 
     return timed_walk(result, ids, walker, rounds)
+
+
+_TOKENIZERS: dict[tuple[str, str], Any] = {}  # (engine, fingerprint): built once, not per schema (seconds at 128k)
+
+
+def _xgrammar_tokenizer(info: TokenizerInfo) -> Any:
+    import xgrammar as xgr
+
+    if ("xgrammar", info.fingerprint) in _TOKENIZERS:
+        return _TOKENIZERS["xgrammar", info.fingerprint]
+
+    vocab = [raw or b"" for raw in info.token_bytes] + [b""] * (info.vocab_size - len(info.token_bytes))
+    out = _TOKENIZERS["xgrammar", info.fingerprint] = xgr.TokenizerInfo(
+        vocab, xgr.VocabType.RAW, vocab_size=info.vocab_size, stop_token_ids=list(info.eos_token_ids))
+    return out
+
+
+def _llguidance_tokenizer(info: TokenizerInfo) -> Any:
+    import llguidance.hf
+    from transformers import PreTrainedTokenizerFast
+
+    if ("llguidance", info.fingerprint) not in _TOKENIZERS:
+        hf = PreTrainedTokenizerFast(tokenizer_object=info.tokenizer)
+        _TOKENIZERS["llguidance", info.fingerprint] = llguidance.hf.from_tokenizer(
+            hf, n_vocab=info.vocab_size, eos_token=info.eos_token_ids[0])
+    return _TOKENIZERS["llguidance", info.fingerprint]
