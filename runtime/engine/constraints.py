@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
+from sprig.grammar.matcher import fill_bitmask_rows
 from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.errors import RequestError
 
@@ -87,9 +88,7 @@ def fill_bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
         return None
     words = (vocab_size + 31) // 32
     bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32)
-    for row, matcher in enumerate(matchers):
-        if matcher is not None:
-            matcher.fill_bitmask(bitmask, row)
+    fill_bitmask_rows(matchers, bitmask)
     return bitmask
 
 
