@@ -59,3 +59,27 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor, indices: t
         logits.add_(bias)
     else:
         logits.index_add_(0, indices.to(logits.device), bias)
+
+
+def mask_logits_(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """For sampling: -inf wherever bitmask row i clears token t (ids past the mask too) and wherever a logit is
+    NaN, in place on fp32 `logits` [B, V]; returns a bool [B]: the rows left with no logit above -inf.
+
+    On the CPU, sprig's C kernel (`csrc/bitmask.c`) does it in one pass; elsewhere, or with the C kernels off,
+    the torch reference above and two more passes.
+    """
+    if bitmask.dtype != torch.int32 or bitmask.dim() != 2 or bitmask.shape[0] != logits.shape[0]:
+        raise ValueError(f"bitmask must be int32 [{logits.shape[0]}, words], got {bitmask.dtype} {list(bitmask.shape)}")
+    from sprig.kernels.cpu_native import native_kernels  # why: not at import; Triton-only users never build C
+
+    lib = native_kernels() if logits.device.type == "cpu" and bitmask.device.type == "cpu" else None
+    if lib is not None and logits.dtype == torch.float32 and logits.stride(1) == 1 and bitmask.stride(1) == 1:
+        dead = torch.empty(logits.shape[0], dtype=torch.uint8)
+        lib.apply_token_bitmask(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0),
+                                bitmask.data_ptr(), bitmask.shape[1], bitmask.stride(0), dead.data_ptr(),
+                                torch.get_num_threads())
+        return dead.bool()
+    apply_token_bitmask_(logits, bitmask)
+    # why: an infinite logit under a cleared bit gives inf + -inf = NaN; neginf keeps -inf (not -FLT_MAX)
+    logits.nan_to_num_(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    return logits.amax(dim=-1) == float("-inf")

@@ -46,6 +46,7 @@ SIGNATURES: dict[str, list] = {
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
     "extend_attention_amx": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
     "argmax_rows": [_P, _I, _I, _I, ctypes.c_int, _P, ctypes.c_int],
+    "apply_token_bitmask": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int],
     "amx_gemm_available": [],
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
 }

@@ -176,12 +176,20 @@ def test_bit_31_and_narrow_masks() -> None:
     assert unpack_allowed_mask(narrow, 40)[0, 30:].any().item() is False
 
 
-def test_grammar_wins_over_min_new_tokens_when_they_conflict() -> None:
-    logits = random_logits(1)
-    allowed = torch.zeros(1, V, dtype=torch.bool)
-    allowed[0, EOS] = True  # the grammar can only end
-    out = Sampler().sample(logits, make_batch([sp(min_new_tokens=5)], [[1]]), allowed)
-    assert out.next_token_ids.tolist() == [EOS]
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("as_bitmask", [False, True])
+def test_grammar_wins_over_min_new_tokens_when_they_conflict(temperature: float, as_bitmask: bool) -> None:
+    eos = 37  # why: not id 0, where a row of equal logits would land by the lowest-index tie rule anyway
+    logits = random_logits(64)
+    allowed = torch.zeros(64, V, dtype=torch.bool)
+    allowed[:, eos] = True  # the grammar can only end
+    mask = torch.zeros(64, (V + 31) // 32, dtype=torch.int32) if as_bitmask else allowed
+    if as_bitmask:
+        mask[:, eos // 32] = 1 << (eos % 32)
+    params = [sp(min_new_tokens=5, temperature=temperature)] * 64
+    batch = SamplingBatch.build(params, [[]] * 64, [[1]] * 64, V, eos_token_ids=[eos])
+    out = Sampler(seed=0).sample(logits, batch, mask)
+    assert out.next_token_ids.tolist() == [eos] * 64
 
 
 def test_seeded_rows_reproduce_alone_and_in_any_batch() -> None:

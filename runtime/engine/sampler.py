@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sprig.kernels.bitmask import apply_token_bitmask_
+from sprig.kernels.bitmask import mask_logits_
 from sprig.kernels.cpu_argmax import argmax_rows
 from sprig.runtime.engine.penalties import TokenCounts, TokenHistory
 from sprig.runtime.engine.sampling_params import SamplingParams
@@ -195,12 +195,12 @@ class Sampler:
         x = logits.to(torch.float32, copy=True)  # the raw logits stay untouched for logprobs
         if allowed_mask is not None and allowed_mask.dtype == torch.int32:
             process_logits(x, batch, None)
-            apply_token_bitmask_(x, allowed_mask)  # why: a 0/-inf bias per byte of the mask is ~3x cheaper than bools
-            x.nan_to_num_(nan=NEG_INF, posinf=float("inf"))  # an infinite logit under a cleared bit: inf + -inf
+            dead = mask_logits_(x, allowed_mask)  # why: one pass over the bits, never unpacked to bools
+            _revive_dead_rows(x, logits, allowed_mask, dead)
         else:
             process_logits(x, batch, None if allowed_mask is None else unpack_allowed_mask(allowed_mask, x.shape[1]))
-        if batch.banned is not None or allowed_mask is not None:
-            _revive_dead_rows(x, logits, allowed_mask)
+            if batch.banned is not None or allowed_mask is not None:
+                _revive_dead_rows(x, logits, allowed_mask)
         rows = batch.sampled_rows
         if rows.numel() == batch.batch_size:
             return self._sample_rows(x, batch)  # x is already a private copy: no need to gather rows
@@ -328,9 +328,10 @@ def unpack_allowed_mask(mask: Tensor, vocab: int) -> Tensor:
     return torch.nn.functional.pad(mask, (0, vocab - width), value=False)
 
 
-def _revive_dead_rows(x: Tensor, raw: Tensor, allowed_mask: Tensor | None) -> None:
-    """Rows left with no finite logit fall back to raw logits under the mask (or raw logits if it is empty)."""
-    dead = (x == NEG_INF).all(dim=-1)
+def _revive_dead_rows(x: Tensor, raw: Tensor, allowed_mask: Tensor | None, dead: Tensor | None = None) -> None:
+    """Rows left with no finite logit (`dead`, found here if not given) fall back to raw logits under the mask
+    (or raw logits if it is empty)."""
+    dead = x.amax(dim=-1) == NEG_INF if dead is None else dead
     if not bool(dead.any()):
         return
     fallback = raw[dead].to(torch.float32)
