@@ -69,6 +69,8 @@ def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
         json_string(format_language(name))
         determinized(format_language(name))  # why: a format with a length is checked for emptiness on these
     import numpy  # noqa: F401  # why: multipleOf minimizes with it; its import (~0.3 s) is start-up, not a compile
+
+    from sprig.grammar import ebnf, schema_cfg  # noqa: F401  # why: the first schema or grammar pays no imports
     if backend == "outlines":
         _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 

@@ -85,6 +85,10 @@ class _Slot:
         self.process = self.conn = None
 
     def _run(self) -> None:
+        try:  # why: start the worker now, so the first job does not wait for its interpreter and imports
+            self._ensure_process()
+        except (EOFError, OSError):
+            self._kill()  # a job will try again
         while True:
             job = self.pool.jobs.get()
             if job is _STOP:
