@@ -98,28 +98,56 @@ def test_draft_length_backs_off_exponentially_and_recovers():
 
 
 # --- greedy identity ---------------------------------------------------------------------------------------------
+def proposer_options(name: str, tiny_paths: dict) -> dict:
+    """Engine keywords of a proposer: n-gram, the target as its own draft (all kept), another model (few kept)."""
+    if name == "ngram":
+        return {"speculative_algorithm": "ngram"}
+    draft = tiny_paths["tiny-qwen3"] if name == "draft-self" else tiny_paths["tiny-mistral"]
+    return {"speculative_algorithm": "draft", "speculative_draft_model_path": str(draft)}
+
+
+PROPOSERS = ["ngram", "draft-self", "draft-other"]
+
+
+@pytest.mark.parametrize("proposer", PROPOSERS)
 @pytest.mark.parametrize("batch", [1, 8, 32])
-def test_ngram_greedy_is_token_identical(reference, batch):
+def test_greedy_is_token_identical(reference, tiny_paths, proposer, batch):
     path, prompts, alone = reference
-    with Engine(path, dtype="float32", max_total_tokens=8192, speculative_algorithm="ngram",
-                speculative_num_draft_tokens=4, num_threads=1) as engine:
+    with Engine(path, dtype="float32", max_total_tokens=8192, speculative_num_draft_tokens=4, num_threads=1,
+                **proposer_options(proposer, tiny_paths)) as engine:
         assert run_batched(engine, prompts, batch) == alone
         stats = engine.stats()
-    assert stats["spec_verify_steps"] > 20 and stats["spec_accepted_tokens"] > 20, stats
+        draft_pool = getattr(engine.core.spec.proposer, "pool", None)
+        if draft_pool is not None:  # every request left: the draft model's pages are all back
+            assert draft_pool.num_free_pages == draft_pool.size.num_pages
+    assert stats["spec_verify_steps"] > 20, stats
+    if proposer == "draft-self":
+        assert stats["spec_accept_rate"] > 0.95  # the same model drafts what the target picks (fp32 ties aside)
+    elif proposer == "ngram":
+        assert stats["spec_accepted_tokens"] > 20
     assert stats["cached_tokens"] > 0  # the radix cache was on and used
     assert_pool_exact(stats)
 
 
-def test_ngram_greedy_survives_forced_preemption(reference):
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_greedy_survives_forced_preemption(reference, tiny_paths, proposer):
     path, prompts, alone = reference
-    with Engine(path, dtype="float32", max_total_tokens=384, page_size=16, chunked_prefill_size=64,
-                schedule_conservativeness=0.0, speculative_algorithm="ngram", speculative_num_draft_tokens=6,
-                speculative_disable_adaptive=True, num_threads=1) as engine:
+    with Engine(path, dtype="float32", max_total_tokens=256, page_size=16, chunked_prefill_size=64,
+                schedule_conservativeness=0.0, speculative_num_draft_tokens=6, speculative_disable_adaptive=True,
+                num_threads=1, **proposer_options(proposer, tiny_paths)) as engine:
         assert run_batched(engine, prompts, NUM_PROMPTS) == alone
         stats = engine.stats()
     assert stats["num_preemptions"] > 0
-    assert stats["spec_accepted_tokens"] > 0
+    assert stats["spec_verify_steps"] > 0
     assert_pool_exact(stats)
+
+
+def test_draft_model_with_another_tokenizer_is_refused(tiny_paths):
+    from sprig.runtime.model.checkpoints import checkpoint_path
+
+    with pytest.raises(ValueError, match="speculative_draft_model_path .* tokenizer differs"):
+        Engine(str(tiny_paths["tiny-qwen3"]), speculative_algorithm="draft",
+               speculative_draft_model_path=str(checkpoint_path("demo")))
 
 
 def test_meta_info_reports_verifications(reference):

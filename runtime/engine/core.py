@@ -121,7 +121,7 @@ class EngineCore:
         self.masks = MaskFiller()
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
-        self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size, self.context_length)
+        self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.spec.draft_model import DraftModelProposer
 from sprig.runtime.engine.spec.ngram import NgramProposer
 from sprig.runtime.engine.spec.speculator import Proposer, Speculator
+from sprig.runtime.model.tokenizer import Tokenizer
 
 
-def build_speculator(config: EngineConfig, kv: KVCacheManager, tokenizer: Any, vocab_size: int,
-                     context_length: int) -> Speculator | None:
+def build_speculator(config: EngineConfig, kv: KVCacheManager, tokenizer: Tokenizer,
+                     vocab_size: int) -> Speculator | None:
     """A `Speculator` for `config.speculative_algorithm`, or None when it is unset."""
     algo = config.speculative_algorithm
     if algo is None:
@@ -21,5 +21,5 @@ def build_speculator(config: EngineConfig, kv: KVCacheManager, tokenizer: Any, v
         proposer = NgramProposer(config.speculative_ngram_min_match_window_size,
                                  config.speculative_ngram_max_match_window_size)
     else:
-        raise ValueError(f"speculative_algorithm {algo!r} is not available")
+        proposer = DraftModelProposer(config, tokenizer, vocab_size, kv.total_tokens)
     return Speculator(config, kv, proposer, vocab_size)
