@@ -176,3 +176,15 @@ def test_meta_info_reports_verifications(reference):
 def test_bad_speculative_options_name_the_field(tiny_paths, bad, field):
     with pytest.raises(ValueError, match=field):
         Engine(str(tiny_paths["tiny-qwen3"]), **bad)
+
+
+@pytest.mark.parametrize("proposer", ["ngram", "draft-self"])
+def test_greedy_is_token_identical_through_tensor_parallelism(reference, tiny_paths, proposer):
+    """TP=2 target (the draft model, when any, runs unsharded beside rank 0) gives the single-process tokens."""
+    path, prompts, alone = reference
+    with Engine(path, dtype="float32", max_total_tokens=4096, tp_size=2, num_threads=1, chunked_prefill_size=64,
+                **proposer_options(proposer, tiny_paths)) as engine:
+        assert run_batched(engine, prompts[:12], 12) == alone[:12]
+        stats = engine.stats()
+    assert stats["spec_accepted_tokens"] > 0
+    assert_pool_exact(stats)
