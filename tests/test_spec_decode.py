@@ -188,3 +188,26 @@ def test_greedy_is_token_identical_through_tensor_parallelism(reference, tiny_pa
         stats = engine.stats()
     assert stats["spec_accepted_tokens"] > 0
     assert_pool_exact(stats)
+
+
+def test_draft_model_with_a_smaller_vocabulary_and_a_failing_proposer(tiny_paths):
+    """tiny-llama pads its vocabulary to 2,100 rows; the tiny-qwen3 draft has 2,048: ids beyond it reach the draft
+    as a placeholder. A proposer that raises costs drafts, never requests."""
+    target = str(tiny_paths["tiny-llama"])
+    prompts = [[2050, 2099, 7, 8, 2050, 2099, 7, 8, 2050], [5, 6, 2070, 5, 6, 2070, 5]]
+    sp = greedy(24)
+    with Engine(target, dtype="float32", max_total_tokens=4096, num_threads=1) as engine:
+        plain = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=sp)]
+    with Engine(target, dtype="float32", max_total_tokens=4096, num_threads=1, speculative_algorithm="draft",
+                speculative_draft_model_path=str(tiny_paths["tiny-qwen3"])) as engine:
+        assert [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=sp)] == plain
+        assert engine.stats()["spec_verify_steps"] > 0
+
+        def broken(reqs, ks):
+            raise RuntimeError("proposer bug")
+
+        engine.core.spec.proposer.propose_batch = broken
+        assert [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=sp)] == plain
+        stats = engine.stats()
+    assert stats["spec_proposer_errors"] > 0
+    assert_pool_exact(stats)

@@ -58,7 +58,7 @@ class DraftModelProposer:
                 self.release(req.rid)
                 continue
             new = req.fill_ids[len(state.tokens) :]
-            seqs.append(SeqInput(new, len(state.tokens), state.pages))
+            seqs.append(SeqInput(self._as_draft_ids(new), len(state.tokens), state.pages))
             state.tokens.extend(new)
             rows.append(i)
         step = 0
@@ -74,6 +74,12 @@ class DraftModelProposer:
                     next_rows.append(i)
             rows, seqs, step = next_rows, next_seqs, step + 1
         return drafts
+
+    def _as_draft_ids(self, ids: list[int]) -> list[int]:
+        """Ids the draft model can embed: a target id beyond its vocabulary (padding rows a random target can
+        still pick) becomes 0; the drafts after it are only guesses and the target verifies them anyway."""
+        limit = self.model.cfg.vocab_size
+        return ids if max(ids) < limit else [t if t < limit else 0 for t in ids]
 
     def _greedy(self, logits: torch.Tensor) -> list[int]:
         return logits[:, : self.vocab].argmax(dim=-1).tolist()

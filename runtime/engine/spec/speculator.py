@@ -12,6 +12,7 @@ pages beyond it, so page accounting and later radix insertions see exactly what 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +23,8 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.kv_cache import KVCacheManager
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.spec.adaptive import DraftLength
+
+logger = logging.getLogger(__name__)
 
 
 class Proposer(Protocol):
@@ -52,6 +55,7 @@ class SpecCounters:
     proposed_tokens: int = 0
     accepted_tokens: int = 0  # draft tokens the target kept
     emitted_tokens: int = 0  # tokens verifications appended: kept drafts, the target's token, jump-forward
+    proposer_errors: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -84,8 +88,16 @@ class Speculator:
                 ks.append(k)
         if not wanted:
             return {}
+        try:
+            proposals = self.proposer.propose_batch(wanted, ks)
+        except Exception:  # noqa: BLE001 - a failing proposer costs speed, never requests: decode plainly
+            logger.exception("the %s proposer failed; decoding without drafts this step", self.config.speculative_algorithm)
+            self.counters.proposer_errors += 1
+            for req in wanted:
+                self.proposer.release(req.rid)
+            return {}
         drafts: dict[Request, Draft] = {}
-        for req, tokens in zip(wanted, self.proposer.propose_batch(wanted, ks), strict=True):
+        for req, tokens in zip(wanted, proposals, strict=True):
             bitmask = None
             if req.matcher is not None and tokens:
                 tokens, bitmask = walk_grammar(req.matcher, tokens, self.vocab_size)
@@ -133,7 +145,8 @@ class Speculator:
         c = self.counters
         return {"spec_algorithm": self.config.speculative_algorithm, "spec_verify_steps": c.verify_steps,
                 "spec_proposed_tokens": c.proposed_tokens, "spec_accepted_tokens": c.accepted_tokens,
-                "spec_accept_rate": c.acceptance_rate, "spec_accept_length": c.mean_accept_length}
+                "spec_accept_rate": c.acceptance_rate, "spec_accept_length": c.mean_accept_length,
+                "spec_proposer_errors": c.proposer_errors}
 
 
 def walk_grammar(matcher: Any, tokens: list[int], vocab_size: int) -> tuple[list[int], torch.Tensor]:
