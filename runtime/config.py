@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 GRAMMAR_BACKENDS = ("llguidance", "outlines")
+SPECULATIVE_ALGORITHMS = ("ngram", "draft")
+MAX_DRAFT_TOKENS = 32  # why: bounds the verify row's extra KV and the matcher's rollback depth
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class EngineConfig:
     cuda_graph_max_bs: int = 64
     grammar_workers: int = 2
     grammar_backend: str = "llguidance"  # or "outlines" (eager token automata; no ebnf)
+    # Speculative decoding (SGLang's names): None, "ngram" (prompt lookup) or "draft" (a second, small model).
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_draft_tokens: int = 4  # draft tokens verified per step at most (k)
+    speculative_ngram_min_match_window_size: int = 1
+    speculative_ngram_max_match_window_size: int = 4
+    speculative_disable_adaptive: bool = False  # keep k fixed instead of backing off when drafts are rejected
 
     @classmethod
     def from_options(cls, model_path: str | None, options: dict[str, Any]) -> EngineConfig:
@@ -71,7 +80,24 @@ class EngineConfig:
             raise ValueError("tp_size must be positive")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
             raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
+        self._validate_speculative()
         check_device(self.device)
+
+    def _validate_speculative(self) -> None:
+        algo = self.speculative_algorithm
+        if algo is not None and algo not in SPECULATIVE_ALGORITHMS:
+            raise ValueError(f"speculative_algorithm must be one of {', '.join(SPECULATIVE_ALGORITHMS)}")
+        if algo == "draft" and not self.speculative_draft_model_path:
+            raise ValueError("speculative_draft_model_path is required with speculative_algorithm 'draft'")
+        if algo != "draft" and self.speculative_draft_model_path:
+            raise ValueError("speculative_draft_model_path needs speculative_algorithm 'draft'")
+        if not 1 <= self.speculative_num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"speculative_num_draft_tokens must be in [1, {MAX_DRAFT_TOKENS}]")
+        lo, hi = self.speculative_ngram_min_match_window_size, self.speculative_ngram_max_match_window_size
+        if lo < 1:
+            raise ValueError("speculative_ngram_min_match_window_size must be positive")
+        if hi < lo:
+            raise ValueError("speculative_ngram_max_match_window_size must be >= the min match window size")
 
 
 def check_device(device: str) -> None:
@@ -124,6 +150,20 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")
+    parser.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
+                        help="speculative decoding: ngram (prompt lookup) or draft (a small model)")
+    parser.add_argument("--speculative-draft-model-path", default=None,
+                        help="checkpoint of the draft model (same tokenizer as the target)")
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=d.speculative_num_draft_tokens,
+                        help="draft tokens verified per step at most")
+    parser.add_argument("--speculative-ngram-min-match-window-size", type=int,
+                        default=d.speculative_ngram_min_match_window_size,
+                        help="shortest suffix n-gram the ngram proposer looks up")
+    parser.add_argument("--speculative-ngram-max-match-window-size", type=int,
+                        default=d.speculative_ngram_max_match_window_size,
+                        help="longest suffix n-gram the ngram proposer looks up (longer matches are tried first)")
+    parser.add_argument("--speculative-disable-adaptive", action="store_true",
+                        help="always propose the full number of draft tokens (no back-off on rejections)")
     parser.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
                         help="largest decode batch replayed from a CUDA graph")
 

@@ -15,9 +15,12 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_group import TPGroup
 from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, fill_bitmask
 from sprig.runtime.engine.kv_cache import KVCacheManager
-from sprig.runtime.engine.request import Request, RequestStatus
+from sprig.runtime.engine.request import Logprob, Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
 from sprig.runtime.engine.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
+from sprig.runtime.engine.spec.build import build_speculator
+from sprig.runtime.engine.spec.speculator import Draft
+from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoints import demo_model_path
@@ -118,10 +121,12 @@ class EngineCore:
         self.masks = MaskFiller()
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
+        self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         self.requests[req.rid] = req
+        req.speculative = self.spec is not None
         self.scheduler.add(req)
         self.counters.prompt_tokens += len(req.prompt_ids)
 
@@ -167,24 +172,35 @@ class EngineCore:
         plan = self.scheduler.schedule()
         if not plan:
             return []
-        seqs = [self._seq_input(s) for s in plan]
-        sampling = [s.req for s in plan if self._will_sample(s)]
+        drafts = self._propose(plan)
+        seqs = [self._seq_input(s, drafts.get(s.req)) for s in plan]
+        sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
         masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # runs beside the forward
         t1 = time.perf_counter()
         out = self.runner.forward(seqs)
         self.counters.model_time += time.perf_counter() - t1
-        updated = self._process(plan, out, _PendingMasks(sampling, masks))
+        updated = self._process(plan, out, _PendingMasks(sampling, masks), drafts)
         self._count_step(plan, time.perf_counter() - t0)
+        self.counters.computed_tokens += sum(len(d.tokens) for d in drafts.values())
         return updated
+
+    def _propose(self, plan: list[ScheduledSeq]) -> dict[Request, Draft]:
+        """Draft tokens for this step's decode rows (those about to sample after one new token)."""
+        if self.spec is None:
+            return {}
+        rows = [s.req for s in plan if s.num_tokens == 1 and self._will_sample(s) and not self._wants_prompt_logprobs(s)]
+        return self.spec.propose(rows) if rows else {}
 
     @staticmethod
     def _will_sample(s: ScheduledSeq) -> bool:
         """This step computes the request's last known token and a token is then sampled (see `_process`)."""
         return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
 
-    def _seq_input(self, s: ScheduledSeq) -> SeqInput:
+    def _seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput:
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
+        if draft is not None:  # the last token and the drafts after it, every position's logits for verification
+            return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True)
         return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
 
     def _wants_prompt_logprobs(self, s: ScheduledSeq) -> bool:
@@ -204,8 +220,10 @@ class EngineCore:
             c.decode_steps += 1
             c.decode_batch_tokens += tokens
 
-    def _process(self, plan: list[ScheduledSeq], out: StepOutput, masks: _PendingMasks) -> list[Request]:
+    def _process(self, plan: list[ScheduledSeq], out: StepOutput, masks: _PendingMasks,
+                 drafts: dict[Request, Draft]) -> list[Request]:
         to_sample: list[tuple[int, Request]] = []
+        to_verify: list[tuple[int, Request]] = []
         for i, s in enumerate(plan):
             req = s.req
             if self._wants_prompt_logprobs(s):
@@ -219,13 +237,15 @@ class EngineCore:
             if done and req.params.max_new_tokens == 0:
                 req.finish(FinishReason(FinishType.LENGTH))  # prompt-only (e.g. prompt logprobs): no sampling
             elif done:
-                to_sample.append((i, req))
+                (to_verify if req in drafts else to_sample).append((i, req))
         if to_sample:
             self._sample(to_sample, out, masks)
+        if to_verify:
+            self._verify(to_verify, out, drafts)
         for s in plan:
             if s.req.finished:
                 self._retire(s.req)
-        return [r for _, r in to_sample]
+        return [r for _, r in to_sample + to_verify]
 
     def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: _PendingMasks) -> None:
         reqs = [r for _, r in rows]
@@ -245,23 +265,51 @@ class EngineCore:
             self._guard(req, self._append_sampled, req, next_ids[j], result, j)
 
     def _append_sampled(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
+        entry: Logprob | None = None
+        if req.logprobs.return_logprob and result.logprobs is not None:
+            entry = (float(result.logprobs[row]), token, [(v, i) for i, v in result.top_logprobs_of(row)])
+        self._append_token(req, token, entry)
+
+    def _append_token(self, req: Request, token: int, logprob: Logprob | None) -> list[int]:
+        """Append one chosen token and what the grammar forces after it; returns the tokens appended."""
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
-        if req.logprobs.return_logprob and result.logprobs is not None:
-            top = [(v, i) for i, v in result.top_logprobs_of(row)]
-            req.output_logprobs.append((float(result.logprobs[row]), token, top))
+        if logprob is not None:
+            req.output_logprobs.append(logprob)
         tokens = [token] if req.matcher is None else self._advance_grammar(req, token)
-        for tok in tokens:
+        for n, tok in enumerate(tokens):
             req.append_output(tok)
             self.counters.generated_tokens += 1
             step = req.stop.step(tok, req.detok)
             req.text_delta += step.delta
             if step.finish is not None:
                 req.finish(step.finish)
-                return
+                return tokens[: n + 1]
         if req.matcher is not None and req.matcher.is_terminated():
             req.text_delta += req.stop.abort(req.detok).delta  # release held-back text
             req.finish(FinishReason(FinishType.STOP, tokens[-1]))
+        return tokens
+
+    def _verify(self, rows: list[tuple[int, Request]], out: StepOutput, drafts: dict[Request, Draft]) -> None:
+        """Keep each speculating row's accepted drafts and the target's next token (spec/verify.py)."""
+        vrows = [VerifyRow(req, drafts[req].tokens, out.logits[out.row_start[i] : out.row_start[i] + out.row_count[i]],
+                           drafts[req].bitmask) for i, req in rows]
+        verdicts = verify(self.sampler, vrows, self.vocab_size, self.eos_token_ids)
+        for (_, req), verdict in zip(rows, verdicts, strict=True):
+            self._guard(req, self._append_verified, req, drafts[req], verdict)
+
+    def _append_verified(self, req: Request, draft: Draft, verdict: Verdict) -> None:
+        """Append a verification's tokens one by one, as plain decoding would have; stop where the request
+        finishes or the grammar jumps forward (what follows was verified against other tokens)."""
+        assert self.spec is not None  # only speculating engines verify
+        kept = emitted = 0  # drafts still at the positions the forward computed; tokens appended
+        for j, tok in enumerate(verdict.tokens):
+            appended = self._append_token(req, tok, verdict.logprobs[j] if verdict.logprobs else None)
+            emitted += len(appended)
+            kept += int(j < verdict.accepted and appended[0] == tok)
+            if req.finished or appended != [tok]:
+                break
+        self.spec.settle(req, draft, verdict.accepted, emitted, kept)
 
     def _advance_grammar(self, req: Request, token: int) -> list[int]:
         """Feed the sampled token to the matcher; add the text the grammar forces next (jump-forward)."""
@@ -322,6 +370,8 @@ class EngineCore:
         if req.status is not RequestStatus.FINISHED:
             return
         self.scheduler.remove(req)
+        if self.spec is not None:
+            self.spec.release(req)
         self.requests.pop(req.rid, None)
         if req.finish_reason is not None and req.finish_reason.type.value == "abort":
             self.counters.aborted_requests += 1

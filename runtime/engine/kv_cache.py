@@ -68,6 +68,15 @@ class KVCacheManager:
         if len(slots):
             self.pool.free((slots[:: self.page_size] // self.page_size).tolist())
 
+    def trim(self, req: Request) -> int:
+        """Give back the pages beyond those req's computed tokens need (rejected draft positions); returns how many."""
+        keep = max(self.pages_for(req.kv_len), self.pages_for(req.cached_len))
+        extra = req.pages[keep:]
+        if extra:
+            self.pool.free(extra)
+            del req.pages[keep:]
+        return len(extra)
+
     # --- caching and release ---------------------------------------------------------------------------
     def _insert(self, req: Request) -> int:
         """Give the whole pages of computed tokens to the tree; free our duplicates. Returns aligned length."""

@@ -81,6 +81,10 @@ class Request:
     reported_ids: int = 0
     reported_output_logprobs: int = 0
     reported_input_logprobs: int = 0
+    # Speculative decoding (reported in meta_info when the engine speculates): verifications, tokens they added.
+    speculative: bool = False
+    spec_verify_ct: int = 0
+    spec_emitted_tokens: int = 0
     # The waiting queue's last prefix match: (tree version, fill length, matched tokens).
     prefix_memo: tuple[int, int, int] = (-1, -1, 0)
     fill_ids: list[int] = field(init=False)  # prompt + output as one list, grown by `append_output`
@@ -177,7 +181,7 @@ def _meta(req: Request, finished: bool) -> dict[str, Any]:
         if req.error:
             finish["message"] = req.error
     end = req.finish_time or time.monotonic()
-    return {
+    meta = {
         "id": req.rid,
         "prompt_tokens": len(req.prompt_ids),
         "completion_tokens": len(req.output_ids),
@@ -185,6 +189,10 @@ def _meta(req: Request, finished: bool) -> dict[str, Any]:
         "finish_reason": finish,
         "e2e_latency": end - req.arrival,
     }
+    if req.speculative:  # SGLang's names: verify forwards, and tokens added per verify forward
+        meta["spec_verify_ct"] = req.spec_verify_ct
+        meta["spec_accept_length"] = req.spec_emitted_tokens / req.spec_verify_ct if req.spec_verify_ct else 0.0
+    return meta
 
 
 class DeltaChannel:

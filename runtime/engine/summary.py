@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from sprig.kernels.backend import backend_reason
+from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.core import EngineCore
 
 GRAMMAR_BACKENDS = {
@@ -36,7 +37,16 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
         ("tensor parallel", str(cfg.tp_size)),
+        ("speculative", _speculative_fact(cfg)),
     ]
+
+
+def _speculative_fact(cfg: EngineConfig) -> str:
+    if cfg.speculative_algorithm is None:
+        return "off"
+    draft = f", draft model {cfg.speculative_draft_model_path}" if cfg.speculative_algorithm == "draft" else ""
+    adaptive = "fixed" if cfg.speculative_disable_adaptive else "adaptive"
+    return f"{cfg.speculative_algorithm}{draft}, up to {cfg.speculative_num_draft_tokens} draft tokens ({adaptive})"
 
 
 def format_block(title: str, facts: list[tuple[str, str]]) -> str:
@@ -80,4 +90,5 @@ def engine_stats(core: EngineCore) -> dict[str, Any]:
         "page_size": core.pool.page_size,
         "jump_forward_tokens": c.jump_forward_tokens,
         "grammar": core.grammar.stats(),
+        **(core.spec.stats() if core.spec is not None else {}),
     }

@@ -46,6 +46,19 @@ class EngineCollector(Collector):
         yield _counter("sprig_engine_steps", "Engine steps run", c.steps)
         yield _gauge("sprig_engine_alive", "1 while the engine loop runs", 1.0 if engine.is_alive else 0.0)
         yield from _grammar_metrics(getattr(core, "grammar", None))
+        yield from _spec_metrics(getattr(core, "spec", None))
+
+
+def _spec_metrics(spec: Any) -> Iterator[Metric]:
+    """Speculative decoding figures (zeros when the engine does not speculate)."""
+    c = spec.counters if spec is not None else None
+    yield _gauge("sprig_spec_accept_rate", "Draft tokens the target kept / draft tokens proposed",
+                 c.acceptance_rate if c else 0.0)
+    yield _gauge("sprig_spec_accept_length", "Tokens added per verification (kept drafts + the target's token)",
+                 c.mean_accept_length if c else 0.0)
+    yield _counter("sprig_spec_verify_steps", "Speculating rows verified", c.verify_steps if c else 0)
+    yield _counter("sprig_spec_proposed_tokens", "Draft tokens proposed", c.proposed_tokens if c else 0)
+    yield _counter("sprig_spec_accepted_tokens", "Draft tokens the target kept", c.accepted_tokens if c else 0)
 
 
 def _grammar_metrics(grammar: Any) -> Iterator[Metric]:

@@ -1,0 +1,48 @@
+"""How many draft tokens a request proposes next: more while the target keeps them, none for a while when it does not.
+
+Speculation that keeps failing only adds verify work, so a request whose whole proposal is rejected pauses
+proposing for a number of steps that doubles with every further full rejection (up to `MAX_PAUSE`), and any kept
+draft token ends the pause. With near-zero acceptance the engine then verifies drafts on a vanishing fraction of
+steps and runs at the speed of plain decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PAUSE = 64  # steps without proposals after repeated full rejections
+
+
+@dataclass
+class DraftLength:
+    """One request's draft length controller."""
+
+    max_k: int
+    adaptive: bool = True
+    k: int = 0  # the next proposal's length; starts at max_k
+    pause: int = 0  # steps left without proposing
+    next_pause: int = 1  # the pause after the next full rejection
+
+    def __post_init__(self) -> None:
+        self.k = self.k or self.max_k
+
+    def next_k(self) -> int:
+        """Draft tokens to propose this step (0: pausing)."""
+        if not self.adaptive:
+            return self.max_k
+        if self.pause > 0:
+            self.pause -= 1
+            return 0
+        return self.k
+
+    def record(self, proposed: int, accepted: int) -> None:
+        """The target kept `accepted` of `proposed` draft tokens."""
+        if not self.adaptive or proposed == 0:
+            return
+        if accepted == 0:
+            self.k = max(1, self.k // 2)
+            self.pause = self.next_pause
+            self.next_pause = min(2 * self.next_pause, MAX_PAUSE)
+            return
+        self.next_pause = 1
+        self.k = min(self.max_k, self.k + 1) if accepted == proposed else max(1, accepted + 1)
