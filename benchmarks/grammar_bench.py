@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarSpec, JsonOptions, TokenizerInfo
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
 from sprig.grammar.matcher import allocate_token_bitmask
 from sprig.grammar.ordering import schema_ordered_dumps
 from sprig.kernels.bitmask import apply_token_bitmask_
@@ -210,8 +210,11 @@ def corpus_walks(info: TokenizerInfo, engines: list[str], limit: int) -> list[Wa
         out = []
         for entry in corpus:
             schema, instance = entry["schema"], entry["valid"][0]
-            ids = info.tokenizer.encode(schema_ordered_dumps(schema, instance, JsonOptions()),
-                                        add_special_tokens=False).ids
+            try:
+                text = schema_ordered_dumps(schema, instance, JsonOptions())
+            except GrammarError:  # sprig refuses the schema: the instance as written, for the peers
+                text = json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
+            ids = info.tokenizer.encode(text, add_special_tokens=False).ids
             for engine in engines:
                 if engine == "sprig":
                     r = sprig_walk(compiler, entry["name"], schema, ids, 2, JsonOptions())
