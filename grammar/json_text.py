@@ -27,6 +27,7 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)  # why: the same few classes ([a-z], any char, digits) recur in every schema
 def encode_chars(ranges: charset.Ranges) -> ir.Node:
     """The JSON-text spellings of the value characters in `ranges`."""
     parts = [ir.chars(charset.intersect(ranges, _RAW))]

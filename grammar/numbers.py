@@ -91,6 +91,10 @@ class NumSet:
         return _normalize(list(self.intervals + other.intervals), self.integral)
 
     def intersect(self, other: NumSet) -> NumSet:
+        if self.integral == other.integral and (other.is_everything() or self.is_empty()):
+            return _normalize(list(self.intervals), self.integral)  # why: one normalization, not four
+        if self.integral == other.integral and (self.is_everything() or other.is_empty()):
+            return _normalize(list(other.intervals), self.integral)
         return self.complement().union(other.complement()).complement()
 
     def complement(self) -> NumSet:
