@@ -194,29 +194,33 @@ static inline __m512 sum16(const __m512 v[16]) {
 }
 
 // Scaled scores of a chunk's n keys stored as codes (qv holds the queries times the softmax scale), 16 keys at
-// a time reduced by sum16; each key's own scale multiplies its 16-lane result. Lanes past n repeat key 0 and
+// a time: each key is widened once and dotted with all G query heads of its kv head, the 16 partial vectors of a
+// query head are reduced by sum16, and each key's own scale multiplies its lane. Lanes past n repeat key 0 and
 // are overwritten with -inf by the caller.
 static inline __attribute__((always_inline)) void scores_codes(
     __m512 qv[][MAX_DIM / 16], const void *k_cache, const uint16_t *k_scale, const int64_t *slots, int64_t n,
     int64_t H, int64_t G, int64_t Hkv, size_t slot_stride, size_t head_bytes, int kv_dtype, const int NV,
     float s[][CHUNK]) {
     float ks[CHUNK] __attribute__((aligned(64)));
+    __m512 d[MAX_GROUP][16];
     for (int64_t h = 0; h < H; h++) {
         for (int64_t j = 0; j < CHUNK; j++)
             ks[j] = j < n ? bf16_to_float(k_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype) : 0.0f;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
-            for (int64_t g = 0; g < G; g++) {
-                const int64_t qh = h * G + g;
-                __m512 d[16];
-                for (int j = 0; j < 16; j++) {
-                    const int64_t slot = slots[j0 + j < n ? j0 + j : 0];
-                    const char *kp = (const char *)k_cache + (size_t)slot * slot_stride + h * head_bytes;
-                    d[j] = _mm512_mul_ps(qv[qh][0], load16_codes(kp, kv_dtype));
-                    for (int i = 1; i < NV; i++)
-                        d[j] = _mm512_fmadd_ps(qv[qh][i], load16_codes(kp + i * 16, kv_dtype), d[j]);
+            for (int j = 0; j < 16; j++) {
+                const int64_t slot = slots[j0 + j < n ? j0 + j : 0];
+                const char *kp = (const char *)k_cache + (size_t)slot * slot_stride + h * head_bytes;
+                __m512 kr[MAX_DIM / 16];
+                for (int i = 0; i < NV; i++) kr[i] = load16_codes(kp + i * 16, kv_dtype);
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t qh = h * G + g;
+                    __m512 acc = _mm512_mul_ps(qv[qh][0], kr[0]);
+                    for (int i = 1; i < NV; i++) acc = _mm512_fmadd_ps(qv[qh][i], kr[i], acc);
+                    d[g][j] = acc;
                 }
-                _mm512_store_ps(&s[qh][j0], _mm512_mul_ps(sum16(d), _mm512_load_ps(&ks[j0])));
             }
+            const __m512 scales = _mm512_load_ps(&ks[j0]);
+            for (int64_t g = 0; g < G; g++) _mm512_store_ps(&s[h * G + g][j0], _mm512_mul_ps(sum16(d[g]), scales));
         }
     }
 }
