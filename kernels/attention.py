@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn.functional as F
 
+from sprig.kernels.kv_quant import as_bytes, dequantize_kv, is_quantized, store_kv_quantized
+
 
 @dataclass(frozen=True)
 class ExtendSeq:
@@ -183,24 +185,46 @@ def _move(obj, device: torch.device):
     return obj
 
 
-DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "AttentionMetadata", float], torch.Tensor]
+DecodeFn = Callable[..., torch.Tensor]  # the signature of `decode_attention`
 ExtendFn = Callable[..., None]  # the signature of `extend_attention`
 
 
 def store_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> None:
-    """Write new keys/values [T, Hkv, D] into their pool slots [T]."""
+    """Write new keys/values [T, Hkv, D] into their pool slots [T].
+
+    A quantized cache (int8 / fp8 codes, `kernels/kv_quant.py`) comes with its scale tensors [slots, Hkv].
+    """
+    if k_scale is not None and v_scale is not None:
+        store_kv_quantized(k_cache, v_cache, k_scale, v_scale, slots, k, v)
+        return
+    if is_quantized(k_cache):
+        raise ValueError(f"a {k_cache.dtype} KV cache needs its k_scale and v_scale tensors")
     k_cache.index_copy_(0, slots, k)
     v_cache.index_copy_(0, slots, v)
 
 
-def _gather_pages(cache: torch.Tensor, pages: torch.Tensor, page_size: int) -> torch.Tensor:
-    """[..., n_pages] page ids → [..., n_pages * page_size, Hkv, D] keys or values."""
+def _select_pages(cache: torch.Tensor, pages: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[..., n_pages] page ids → [..., n_pages * page_size, *cache.shape[1:]] rows of `cache`."""
     paged = cache.view(-1, page_size, *cache.shape[1:])
     # index_select copies whole pages; advanced indexing (`paged[pages]`) is ~6x slower on the CPU.
     out = paged.index_select(0, pages.reshape(-1)).view(*pages.shape, *paged.shape[1:])
-    return out.flatten(-4, -3)
+    return out.flatten(len(pages.shape) - 1, len(pages.shape))
+
+
+def _gather_pages(
+    cache: torch.Tensor, pages: torch.Tensor, page_size: int, scales: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """[..., n_pages] page ids → [..., n_pages * page_size, Hkv, D] keys or values; a quantized cache (with its
+    `scales`) is dequantized to `dtype`."""
+    if scales is None:
+        return _select_pages(cache, pages, page_size)
+    assert dtype is not None  # the caller names the dtype to dequantize to
+    codes = _select_pages(as_bytes(cache), pages, page_size).view(cache.dtype)
+    return dequantize_kv(codes, _select_pages(scales, pages, page_size), dtype)
 
 
 def paged_attention(
@@ -213,32 +237,37 @@ def paged_attention(
     scale: float,
     decode: DecodeFn | None = None,
     extend: ExtendFn | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` and `extend` replace `decode_attention` and
-    `extend_attention` (the CPU backend passes its C kernels).
+    `extend_attention` (the CPU backend passes its C kernels). A quantized pool comes with `k_scale`/`v_scale`
+    [slots, Hkv], and then every key and value is read back from the pool, this step's too.
     """
     decode_fn = decode or decode_attention
+    kv = {"k_scale": k_scale, "v_scale": v_scale}
     if not meta.extends and meta.decode_rows is not None and meta.decode_rows.numel() == q.shape[0]:
-        return decode_fn(q, k_cache, v_cache, meta, scale)  # a pure decode step: every row, in order, no copies
+        return decode_fn(q, k_cache, v_cache, meta, scale, **kv)  # a pure decode step: every row, no copies
     out = torch.empty_like(q)
     if meta.decode_rows is not None:
         qd = q.index_select(0, meta.decode_rows)
-        out.index_copy_(0, meta.decode_rows, decode_fn(qd, k_cache, v_cache, meta, scale))
-    (extend or extend_attention)(q, k, v, k_cache, v_cache, meta, scale, out)
+        out.index_copy_(0, meta.decode_rows, decode_fn(qd, k_cache, v_cache, meta, scale, **kv))
+    (extend or extend_attention)(q, k, v, k_cache, v_cache, meta, scale, out, **kv)
     return out
 
 
 def decode_attention(
-    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of the decode rows' queries qd [Bd, Hq, D] over their pages; returns [Bd, Hq, D]."""
     if meta.decode_split is not None:
-        return _split_decode_attention(qd, k_cache, v_cache, meta, scale)
+        return _split_decode_attention(qd, k_cache, v_cache, meta, scale, k_scale, v_scale)
     assert meta.decode_pages is not None  # set with the decode rows
-    kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
-    vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size).transpose(1, 2)
+    kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size, k_scale, qd.dtype).transpose(1, 2)
+    vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
     od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
                                         enable_gqa=True)
     return od.squeeze(2)
@@ -253,20 +282,30 @@ def extend_attention(
     meta: AttentionMetadata,
     scale: float,
     out: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
-    """Write into `out` the attention of every multi-token sequence (prefill or extend after a prefix)."""
+    """Write into `out` the attention of every multi-token sequence (prefill or extend after a prefix).
+
+    With a quantized pool (`k_scale`/`v_scale` given) the new tokens' keys and values are read back from it too:
+    a token then sees the same keys whether they were computed in this step or cached earlier.
+    """
     for seq in meta.extends:
         rows = slice(seq.token_start, seq.token_start + seq.extend_len)
         qe = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, ext, D]
-        if seq.mask is None:
+        if seq.mask is None and k_scale is None:
             # No cached prefix: the new tokens are the whole sequence, no pool read needed.
             ke, ve = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)
             oe = F.scaled_dot_product_attention(qe, ke, ve, is_causal=True, scale=scale, enable_gqa=True)
         else:
             seq_len = seq.prefix_len + seq.extend_len
-            ke = _gather_pages(k_cache, seq.pages, meta.page_size)[:seq_len].transpose(0, 1).unsqueeze(0)
-            ve = _gather_pages(v_cache, seq.pages, meta.page_size)[:seq_len].transpose(0, 1).unsqueeze(0)
-            oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=seq.mask, scale=scale, enable_gqa=True)
+            kg = _gather_pages(k_cache, seq.pages, meta.page_size, k_scale, q.dtype)
+            vg = _gather_pages(v_cache, seq.pages, meta.page_size, v_scale, q.dtype)
+            ke = kg[:seq_len].transpose(0, 1).unsqueeze(0)
+            ve = vg[:seq_len].transpose(0, 1).unsqueeze(0)
+            causal = seq.mask is None  # no prefix: plain causal over the new tokens
+            oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=seq.mask, is_causal=causal, scale=scale,
+                                                enable_gqa=True)
         out[rows] = oe.squeeze(0).transpose(0, 1)
 
 
@@ -290,7 +329,8 @@ def _attend_with_lse(
 
 
 def _split_decode_attention(
-    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+    k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
 ) -> torch.Tensor:
     """Decode attention as (shared prefix per group) ⊕ (own pages per row), merged by log-sum-exp."""
     split = meta.decode_split
@@ -299,14 +339,14 @@ def _split_decode_attention(
     hkv = k_cache.shape[1]
     g = hq // hkv
     qs = qd.view(bd, hkv, g, d)  # GQA: a kv head's query heads become the query length
-    ks = _gather_pages(k_cache, split.suffix_pages, meta.page_size).transpose(1, 2)
-    vs = _gather_pages(v_cache, split.suffix_pages, meta.page_size).transpose(1, 2)
+    ks = _gather_pages(k_cache, split.suffix_pages, meta.page_size, k_scale, qd.dtype).transpose(1, 2)
+    vs = _gather_pages(v_cache, split.suffix_pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
     out, lse = _attend_with_lse(qs, ks, vs, split.suffix_mask, scale)  # [Bd, Hkv, G, D], [Bd, Hkv, G]
     out = out.float()
     for group in split.groups:
         n = len(group.rows)
-        kp = _gather_pages(k_cache, group.pages, meta.page_size).transpose(0, 1).unsqueeze(0)
-        vp = _gather_pages(v_cache, group.pages, meta.page_size).transpose(0, 1).unsqueeze(0)
+        kp = _gather_pages(k_cache, group.pages, meta.page_size, k_scale, qd.dtype).transpose(0, 1).unsqueeze(0)
+        vp = _gather_pages(v_cache, group.pages, meta.page_size, v_scale, qd.dtype).transpose(0, 1).unsqueeze(0)
         qg = qs.index_select(0, group.rows).permute(1, 0, 2, 3).reshape(1, hkv, n * g, d)
         og, lg = _attend_with_lse(qg, kp, vp, None, scale)  # the whole group's queries in one pass
         og = og.reshape(hkv, n, g, d).permute(1, 0, 2, 3).float()

@@ -14,6 +14,7 @@ import torch
 from sprig.kernels import activation, norm, rope
 from sprig.kernels import attention as torch_attention
 from sprig.kernels.cpu_native import DTYPE_CODES, native_kernels
+from sprig.kernels.kv_quant import KV_DTYPE_CODES, SCALE_DTYPE
 
 
 def _rows(x: torch.Tensor) -> tuple[int, int, int, int] | None:
@@ -121,22 +122,34 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def store_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> None:
-    """`attention.store_kv`: k, v [T, Hkv, D] (strided views allowed) into their pool slots [T]."""
-    lib, code = native_kernels(), _code(k_cache, v_cache, k, v)
-    ok = (lib is not None and code is not None and k.dim() == 3 and v.shape == k.shape
-          and k_cache.shape == v_cache.shape
+    """`attention.store_kv`: k, v [T, Hkv, D] (strided views allowed) into their pool slots [T]; a quantized cache
+    (int8 / fp8 codes) with its bf16 scales [slots, Hkv] gets the bytes `kv_quant.quantize_kv` computes."""
+    lib, code = native_kernels(), _code(k, v)
+    quantized = k_scale is not None and v_scale is not None
+    kv_code = KV_DTYPE_CODES.get(k_cache.dtype) if quantized else _code(k_cache, v_cache, k)
+    ok = (lib is not None and code is not None and kv_code is not None and k.dim() == 3 and v.shape == k.shape
+          and k_cache.shape == v_cache.shape and k_cache.dtype == v_cache.dtype
           and k_cache.dim() == 3 and k_cache.shape[1:] == k.shape[1:] and k_cache.is_contiguous()
           and v_cache.is_contiguous() and k.stride(-1) == 1 and v.stride(-1) == 1 and slots.dtype == torch.int64
-          and slots.shape == (k.shape[0],) and slots.is_cpu)
+          and slots.shape == (k.shape[0],) and slots.is_cpu and k_cache.is_cpu and v_cache.is_cpu
+          and (not quantized or _scales_ok(k_cache, k_scale, v_scale)))
     if ok:
-        assert lib is not None  # implied by ok
+        assert lib is not None and kv_code is not None  # implied by ok
         slots = slots.contiguous()
         t, h, d = k.shape
         status = lib.store_kv(
             k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), k.data_ptr(), v.data_ptr(), t, h, d,
-            k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_cache.shape[0], code, torch.get_num_threads())
+            k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_cache.shape[0], code, torch.get_num_threads(),
+            kv_code, *(t.data_ptr() if t is not None else None for t in (k_scale, v_scale)))
         if status == 0:
             return
-    torch_attention.store_kv(k_cache, v_cache, slots, k, v)
+    torch_attention.store_kv(k_cache, v_cache, slots, k, v, k_scale, v_scale)
+
+
+def _scales_ok(cache: torch.Tensor, *scales: torch.Tensor | None) -> bool:
+    """Scale tensors the C kernels can write: contiguous bf16 [slots, Hkv] on the CPU, beside `cache`."""
+    return all(s is not None and s.dtype == SCALE_DTYPE and s.is_cpu and s.is_contiguous()
+               and s.shape == cache.shape[:2] for s in scales)

@@ -27,6 +27,7 @@ from sprig.kernels.attention import AttentionMetadata, DecodeSplit
 from sprig.kernels.attention import decode_attention as torch_decode_attention
 from sprig.kernels.attention import extend_attention as torch_extend_attention
 from sprig.kernels.attention import paged_attention as torch_paged_attention
+from sprig.kernels.kv_quant import KV_DTYPE_CODES, SCALE_DTYPE
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,13 @@ DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 # The C signature of every exported kernel: (argument types); each returns int (0 = done, else not handled).
 SIGNATURES: dict[str, list] = {
-    "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int] + [_P] * 3 + [_I],
+    "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int] + [_P] * 3 + [_I]
+    + [ctypes.c_int, _P, _P],
     # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
     "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
     "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],
     "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
-    "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int],
+    "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P],
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
     "extend_attention_amx": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
     "argmax_rows": [_P, _I, _I, _I, ctypes.c_int, _P, ctypes.c_int],
@@ -138,18 +140,27 @@ def amx_enabled() -> bool:
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pages: torch.Tensor, lens: torch.Tensor,
     page_size: int, scale: float, lib: ctypes.CDLL | None = None, split: DecodeSplit | None = None,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Attention of one new query token per sequence over its pages; None when the kernel cannot take it.
 
-    q [B, Hq, D]; k_cache/v_cache [slots, Hkv, D] of q's dtype; pages [B, max_pages] and lens [B] int64
-    (every len >= 1). Returns [B, Hq, D]. `lib` defaults to `native_kernels()`. With `split` (rows sharing
-    leading pages), bf16 on AMX attends each group's shared pages once for all its rows (the same result).
+    q [B, Hq, D]; k_cache/v_cache [slots, Hkv, D] of q's dtype, or int8 / fp8 codes with their bf16 scales
+    k_scale/v_scale [slots, Hkv]; pages [B, max_pages] and lens [B] int64 (every len >= 1). Returns [B, Hq, D].
+    `lib` defaults to `native_kernels()`. With `split` (rows sharing leading pages), bf16 on AMX attends each
+    group's shared pages once for all its rows (the same result).
     """
     lib = lib or native_kernels()
     code = DTYPE_CODES.get(q.dtype)
-    if lib is None or code is None or q.device.type != "cpu" or k_cache.dtype != q.dtype:
+    quantized = k_scale is not None and v_scale is not None
+    kv_code = KV_DTYPE_CODES.get(k_cache.dtype) if quantized else DTYPE_CODES.get(k_cache.dtype)
+    if lib is None or code is None or kv_code is None or q.device.type != "cpu" or v_cache.dtype != k_cache.dtype:
+        return None
+    if not quantized and k_cache.dtype != q.dtype:
         return None
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return None
+    scales = [t for t in (k_scale, v_scale) if t is not None and quantized]
+    if not all(t.dtype == SCALE_DTYPE and t.is_contiguous() and t.shape == k_cache.shape[:2] for t in scales):
         return None
     q = q.contiguous()
     pages = pages.contiguous()
@@ -160,21 +171,23 @@ def paged_decode_attention(
         split.rows.data_ptr(), split.offsets.data_ptr(), split.shared_pages.data_ptr(), len(split.groups))
     status = lib.paged_decode_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(), lens.data_ptr(),
-        b, pages.shape[1], hq, k_cache.shape[1], d, page_size, scale, code, torch.get_num_threads(), *groups)
+        b, pages.shape[1], hq, k_cache.shape[1], d, page_size, scale, code, torch.get_num_threads(), *groups,
+        kv_code, *([t.data_ptr() for t in scales] if scales else [None, None]))
     return out if status == 0 else None
 
 
 def decode_attention(
-    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+    qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`attention.decode_attention` through the C kernel, or the torch reference where the kernel cannot run."""
     if meta.decode_lens is not None:
         assert meta.decode_pages is not None  # set with the decode lengths
         out = paged_decode_attention(qd, k_cache, v_cache, meta.decode_pages, meta.decode_lens, meta.page_size,
-                                     scale, split=meta.decode_split)
+                                     scale, split=meta.decode_split, k_scale=k_scale, v_scale=v_scale)
         if out is not None:
             return out
-    return torch_decode_attention(qd, k_cache, v_cache, meta, scale)
+    return torch_decode_attention(qd, k_cache, v_cache, meta, scale, k_scale, v_scale)
 
 
 def extend_attention_amx(
@@ -204,17 +217,20 @@ def extend_attention_amx(
 
 def extend_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    meta: AttentionMetadata, scale: float, out: torch.Tensor,
+    meta: AttentionMetadata, scale: float, out: torch.Tensor, k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
-    """`attention.extend_attention` on AMX tiles where `extend_attention_amx` can, else the torch reference."""
+    """`attention.extend_attention` on AMX tiles where `extend_attention_amx` can (a bf16 pool), else the torch
+    reference."""
     if meta.extends and not extend_attention_amx(q, k_cache, v_cache, meta, scale, out):
-        torch_extend_attention(q, k, v, k_cache, v_cache, meta, scale, out)
+        torch_extend_attention(q, k, v, k_cache, v_cache, meta, scale, out, k_scale, v_scale)
 
 
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    meta: AttentionMetadata, scale: float,
+    meta: AttentionMetadata, scale: float, k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`attention.paged_attention` with decode rows attended by the C kernel and extends on AMX where it can."""
     return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention,
-                                 extend=extend_attention)
+                                 extend=extend_attention, k_scale=k_scale, v_scale=v_scale)

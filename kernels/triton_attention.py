@@ -12,6 +12,12 @@ the flat batch into decode rows and extend sequences.
   sequence, query head): first full attention over the cached prefix read through the page table, then causal
   attention over the new tokens read straight from this step's k/v.
 
+A quantized pool (`kernels/kv_quant.py`: int8 / fp8 codes, a bf16 scale per slot and kv head) is written and read
+by the same kernels with a constexpr switch (KV_KIND 3 int8, 4 fp8 e4m3, 5 fp8 e5m2, 0 the model dtype). The codes
+are made and widened with integer bit operations, the bytes torch and the C kernels write, so they need no fp8
+support from Triton; fp8 pools are passed as uint8 views. With codes, the new tokens of an extend are read back
+from the pool like the prefix (as the torch reference does).
+
 What the kernels need beyond `AttentionMetadata`'s fields (sequence lengths, a padded page table for the
 extends, a map from program to query block) is derived once per metadata object and reused by every layer.
 """
@@ -26,6 +32,8 @@ import triton
 import triton.language as tl
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.kv_quant import KV_DTYPE_CODES, QMAX, is_quantized
+from sprig.kernels.triton_kv_quant import load_kv, store_rows
 from sprig.kernels.triton_utils import dot_precision
 
 _DECODE_BLOCK_N = 64  # keys per decode tile
@@ -42,20 +50,24 @@ _LOG2E = 1.4426950408889634
 
 @triton.jit
 def _store_kv_kernel(
-    k_ptr, v_ptr, kc_ptr, vc_ptr, slots_ptr,
+    k_ptr, v_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, slots_ptr,
     k_row_stride, k_head_stride, v_row_stride, v_head_stride,
-    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
-    n_heads, head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, scale_slot_stride,
+    n_heads, head_dim, QMAX: tl.constexpr, KV_KIND: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     tok = tl.program_id(0).to(tl.int64)
     slot = tl.load(slots_ptr + tok).to(tl.int64)
-    h = tl.arange(0, BLOCK_H)[:, None]
+    hs = tl.arange(0, BLOCK_H)
+    h = hs[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
     valid = (h < n_heads) & (d < head_dim)
-    k = tl.load(k_ptr + tok * k_row_stride + h * k_head_stride + d, mask=valid)
-    v = tl.load(v_ptr + tok * v_row_stride + h * v_head_stride + d, mask=valid)
-    tl.store(kc_ptr + slot * kc_slot_stride + h * kc_head_stride + d, k, mask=valid)
-    tl.store(vc_ptr + slot * vc_slot_stride + h * vc_head_stride + d, v, mask=valid)
+    k = tl.load(k_ptr + tok * k_row_stride + h * k_head_stride + d, mask=valid, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + tok * v_row_stride + h * v_head_stride + d, mask=valid, other=0.0).to(tl.float32)
+    scale_off = slot * scale_slot_stride + hs
+    store_rows(k, kc_ptr + slot * kc_slot_stride + h * kc_head_stride + d, ks_ptr + scale_off, valid,
+                hs < n_heads, QMAX, KV_KIND)
+    store_rows(v, vc_ptr + slot * vc_slot_stride + h * vc_head_stride + d, vs_ptr + scale_off, valid,
+                hs < n_heads, QMAX, KV_KIND)
 
 
 @triton.jit
@@ -87,11 +99,11 @@ def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION: tl
 
 @triton.jit
 def _decode_split_kernel(
-    q_ptr, kc_ptr, vc_ptr, rows_ptr, table_ptr, lens_ptr, part_out_ptr, part_lse_ptr,
+    q_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, rows_ptr, table_ptr, lens_ptr, part_out_ptr, part_lse_ptr,
     q_row_stride, q_head_stride, kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
-    table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2,
+    scale_slot_stride, table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2,
     PAGE_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -115,8 +127,10 @@ def _decode_split_kernel(
         valid = pos < end
         slots = _page_slots(table_ptr + b * table_stride, pos, valid, PAGE_SIZE)
         kv_mask = valid[:, None] & (d < head_dim)[None, :]
-        k = _load_rows(kc_ptr + kvh * kc_head_stride, slots, kc_slot_stride, d, kv_mask)
-        v = _load_rows(vc_ptr + kvh * vc_head_stride, slots, vc_slot_stride, d, kv_mask)
+        k = load_kv(kc_ptr + kvh * kc_head_stride, ks_ptr + kvh, slots, kc_slot_stride, scale_slot_stride, d,
+                     kv_mask, valid, KV_KIND, q.dtype)
+        v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
+                     kv_mask, valid, KV_KIND, q.dtype)
         acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     nonempty = l_i > 0  # a split past the end of a short sequence saw no key
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -148,12 +162,12 @@ def _decode_reduce_kernel(
 
 @triton.jit
 def _extend_kernel(
-    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, out_ptr, seqs_ptr, blocks_ptr, table_ptr,
+    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, out_ptr, seqs_ptr, blocks_ptr, table_ptr,
     q_row_stride, q_head_stride, k_row_stride, k_head_stride, v_row_stride, v_head_stride,
-    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, out_row_stride, out_head_stride,
-    table_stride, group, head_dim, sm_scale_log2,
+    kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, scale_slot_stride, out_row_stride,
+    out_head_stride, table_stride, group, head_dim, sm_scale_log2,
     PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr,
 ):  # fmt: skip
     seq = tl.load(blocks_ptr + tl.program_id(0) * 2).to(tl.int64)
     m0 = tl.load(blocks_ptr + tl.program_id(0) * 2 + 1)
@@ -176,15 +190,24 @@ def _extend_kernel(
         valid = pos < prefix
         slots = _page_slots(table_ptr + seq * table_stride, pos, valid, PAGE_SIZE)
         kv_mask = valid[:, None] & d_ok
-        k = _load_rows(kc_ptr + kvh * kc_head_stride, slots, kc_slot_stride, d, kv_mask)
-        v = _load_rows(vc_ptr + kvh * vc_head_stride, slots, vc_slot_stride, d, kv_mask)
+        k = load_kv(kc_ptr + kvh * kc_head_stride, ks_ptr + kvh, slots, kc_slot_stride, scale_slot_stride, d,
+                     kv_mask, valid, KV_KIND, q.dtype)
+        v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
+                     kv_mask, valid, KV_KIND, q.dtype)
         acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     # New tokens, causal: keys past this block's last row are never needed.
     for n0 in range(0, tl.minimum(ext, m0 + BLOCK_M), BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
         kv_mask = (pos < ext)[:, None] & d_ok
-        k = _load_rows(k_ptr + kvh * k_head_stride, tok0 + pos, k_row_stride, d, kv_mask)
-        v = _load_rows(v_ptr + kvh * v_head_stride, tok0 + pos, v_row_stride, d, kv_mask)
+        if KV_KIND == 0:
+            k = _load_rows(k_ptr + kvh * k_head_stride, tok0 + pos, k_row_stride, d, kv_mask)
+            v = _load_rows(v_ptr + kvh * v_head_stride, tok0 + pos, v_row_stride, d, kv_mask)
+        else:  # codes: read back from the pool, as the prefix is
+            slots = _page_slots(table_ptr + seq * table_stride, prefix + pos, pos < ext, PAGE_SIZE)
+            k = load_kv(kc_ptr + kvh * kc_head_stride, ks_ptr + kvh, slots, kc_slot_stride, scale_slot_stride, d,
+                         kv_mask, pos < ext, KV_KIND, q.dtype)
+            v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
+                         kv_mask, pos < ext, KV_KIND, q.dtype)
         valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None])
         acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows past ext saw nothing
@@ -252,27 +275,52 @@ def _decode_splits(max_len: int, batch_heads: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------- public API
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """One layer's pool as the kernels take it: fp8 codes as uint8, scales (or stand-ins) and the KV_KIND switch."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    kind: int
+    qmax: float
+
+
+def _pool(k_cache: torch.Tensor, v_cache: torch.Tensor, k_scale: torch.Tensor | None,
+          v_scale: torch.Tensor | None) -> _Pool:
+    if not is_quantized(k_cache):
+        return _Pool(k_cache, v_cache, k_cache, v_cache, 0, 0.0)  # the scale arguments are never read
+    if k_scale is None or v_scale is None:
+        raise ValueError(f"a {k_cache.dtype} KV cache needs its k_scale and v_scale tensors")
+    assert k_scale.stride(1) == v_scale.stride(1) == 1 and k_scale.stride(0) == v_scale.stride(0)
+    codes = [c.view(torch.uint8) if c.dtype != torch.int8 else c for c in (k_cache, v_cache)]
+    scales = [s.view(torch.int16) for s in (k_scale, v_scale)]  # the kernels move bf16 scales as bits
+    return _Pool(codes[0], codes[1], scales[0], scales[1], KV_DTYPE_CODES[k_cache.dtype], QMAX[k_cache.dtype])
+
+
 def store_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> None:
-    """Write new keys/values [T, Hkv, D] into their pool slots [T]."""
+    """Write new keys/values [T, Hkv, D] into their pool slots [T] (a quantized pool: codes and scales)."""
     n_tokens, n_heads, head_dim = k.shape
     if n_tokens == 0:
         return
     assert k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
+    pool = _pool(k_cache, v_cache, k_scale, v_scale)
     _store_kv_kernel[(n_tokens,)](
-        k, v, k_cache, v_cache, slots,
+        k, v, pool.k, pool.v, pool.k_scale, pool.v_scale, slots,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        n_heads, head_dim, BLOCK_H=triton.next_power_of_2(n_heads), BLOCK_D=triton.next_power_of_2(head_dim),
-        num_warps=4,
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), pool.k_scale.stride(0),
+        n_heads, head_dim, QMAX=pool.qmax, KV_KIND=pool.kind, BLOCK_H=triton.next_power_of_2(n_heads),
+        BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4,
     )  # fmt: skip
 
 
 def _decode(
     q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    pool: _Pool,
     out: torch.Tensor,
     plan: _Plan,
     page_size: int,
@@ -281,6 +329,7 @@ def _decode(
     """Flash-decoding over the paged pool for the single-token rows of the batch."""
     assert plan.decode_rows is not None and plan.decode_table is not None  # the caller checked the rows
     n_rows, n_q_heads, head_dim = len(plan.decode_rows), q.shape[1], q.shape[2]
+    k_cache, v_cache = pool.k, pool.v
     n_kv_heads = k_cache.shape[1]
     group = n_q_heads // n_kv_heads
     splits, split_len = _decode_splits(plan.decode_table.shape[1] * page_size, n_rows * n_kv_heads)
@@ -288,12 +337,13 @@ def _decode(
     part_lse = torch.empty(n_rows, n_q_heads, splits, dtype=torch.float32, device=q.device)
     block_d = triton.next_power_of_2(head_dim)
     _decode_split_kernel[(n_rows, n_kv_heads, splits)](
-        q, k_cache, v_cache, plan.decode_rows, plan.decode_table, plan.decode_lens, part_out, part_lse,
+        q, k_cache, v_cache, pool.k_scale, pool.v_scale, plan.decode_rows, plan.decode_table, plan.decode_lens,
+        part_out, part_lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
+        pool.k_scale.stride(0), plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
         PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_G=max(_MIN_DOT_ROWS, triton.next_power_of_2(group)),
-        BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), num_warps=4,
-        num_stages=2,
+        BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind,
+        num_warps=4, num_stages=2,
     )  # fmt: skip
     _decode_reduce_kernel[(n_rows, n_q_heads)](
         part_out, part_lse, out, plan.decode_rows, out.stride(0), out.stride(1), n_q_heads, head_dim,
@@ -305,14 +355,14 @@ def _extend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    pool: _Pool,
     out: torch.Tensor,
     plan: _Plan,
     page_size: int,
     scale: float,
 ) -> None:
     """Prefix-then-causal attention for the multi-token sequences of the batch."""
+    k_cache, v_cache = pool.k, pool.v
     assert plan.extend_blocks is not None and plan.extend_table is not None  # the caller checked the blocks
     n_q_heads, head_dim = q.shape[1], q.shape[2]
     group = n_q_heads // k.shape[1]
@@ -320,12 +370,13 @@ def _extend(
     wide = q.dtype == torch.float32 or head_dim > 128
     block_n, warps = (32, 8) if wide else (64, 4)
     _extend_kernel[(len(plan.extend_blocks), n_q_heads)](
-        q, k, v, k_cache, v_cache, out, plan.extend_seqs, plan.extend_blocks, plan.extend_table,
+        q, k, v, k_cache, v_cache, pool.k_scale, pool.v_scale, out, plan.extend_seqs, plan.extend_blocks,
+        plan.extend_table,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1),
-        plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), pool.k_scale.stride(0),
+        out.stride(0), out.stride(1), plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
         PAGE_SIZE=page_size, BLOCK_M=_EXTEND_BLOCK_M, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_PRECISION=dot_precision(q.dtype), num_warps=warps, num_stages=2,
+        DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind, num_warps=warps, num_stages=2,
     )  # fmt: skip
 
 
@@ -337,16 +388,20 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
-    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. The last dim of every tensor must be contiguous.
+    Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. The last dim of every tensor must be contiguous. A quantized
+    pool (int8 / fp8 codes) comes with its bf16 scales [slots, Hkv].
     """
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
     out = torch.empty_like(q)
     plan = _plan_for(meta, q.device)
+    pool = _pool(k_cache, v_cache, k_scale, v_scale)
     if plan.decode_rows is not None and len(plan.decode_rows) > 0:
-        _decode(q, k_cache, v_cache, out, plan, meta.page_size, scale)
+        _decode(q, pool, out, plan, meta.page_size, scale)
     if plan.extend_blocks is not None and len(plan.extend_blocks) > 0:
-        _extend(q, k, v, k_cache, v_cache, out, plan, meta.page_size, scale)
+        _extend(q, k, v, pool, out, plan, meta.page_size, scale)
     return out

@@ -10,6 +10,9 @@ from typing import Any
 GRAMMAR_BACKENDS = ("llguidance", "outlines")
 SPECULATIVE_ALGORITHMS = ("ngram", "draft")
 MAX_DRAFT_TOKENS = 32  # why: bounds the verify row's extra KV and the matcher's rollback depth
+# kernels/kv_quant.KVCacheDtype's values (vLLM / SGLang names; "fp8" is fp8_e4m3), kept here so parsing the
+# flags never imports torch
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "int8", "fp8")
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,7 @@ class EngineConfig:
     model_path: str | None = None  # None: the built-in demo model
     dtype: str = "auto"
     quantization: str | None = None
+    kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES: K/V stored as int8 / fp8 codes with per-token scales
     device: str = "cpu"
     max_total_tokens: int | None = None  # KV pool size in tokens; None: from mem_fraction
     mem_fraction: float = 0.3
@@ -78,6 +82,8 @@ class EngineConfig:
             raise ValueError("schedule_conservativeness must be >= 0")
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
             raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
         self._validate_speculative()
@@ -122,7 +128,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "--model-path", dest="model_path", default=None,
                         help="Hugging Face checkpoint folder (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
-    parser.add_argument("--quantization", default=None, help="weight-only quantization: int8")
+    parser.add_argument("--quantization", default=None,
+                        help="quantize a full-precision checkpoint's weights at load: int8 or fp8 (e4m3, per row); "
+                             "fp8 checkpoints (config.json quantization_config) load as fp8 without it")
+    parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
+                        help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
+                             "and head (about half the bytes per token)")
     parser.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
     parser.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
     parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,

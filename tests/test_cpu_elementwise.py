@@ -211,7 +211,7 @@ def test_inputs_the_c_kernels_decline_reach_torch_and_its_errors(lib):
     k_cache, v_cache = torch.zeros(2, 8, 1, 32, dtype=torch.bfloat16).unbind(0)
     slots = torch.tensor([1, 8])
     status = lib.store_kv(k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), k.data_ptr(), v.data_ptr(),
-                          2, 1, 32, k.stride(0), k.stride(1), v.stride(0), v.stride(1), 8, 1, 1)
+                          2, 1, 32, k.stride(0), k.stride(1), v.stride(0), v.stride(1), 8, 1, 1, 1, None, None)
     assert status != 0 and not k_cache.any() and not v_cache.any()
     with pytest.raises(IndexError):
         ew.store_kv(k_cache, v_cache, slots, k, v)

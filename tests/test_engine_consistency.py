@@ -1,4 +1,6 @@
-"""Greedy fp32 output does not depend on batch composition, cache state, chunk size or preemption."""
+"""Greedy fp32 output does not depend on batch composition, cache state, chunk size or preemption, with the KV cache
+in the model dtype or quantized (int8 / fp8 codes: quantization is per token, so the same inputs store the same
+bytes)."""
 
 from __future__ import annotations
 
@@ -29,18 +31,20 @@ def run_together(engine: Engine, prompts) -> list[list[int]]:
     return [r["output_ids"] for r in results]
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_paths):
-    """Each request run alone on a fresh engine with the cache disabled."""
+@pytest.fixture(scope="module", params=["auto", "int8", "fp8_e4m3", "fp8_e5m2"])
+def reference(request, tiny_paths):
+    """Each request run alone on a fresh engine with the cache disabled (for one --kv-cache-dtype)."""
     path = str(tiny_paths["tiny-qwen3"])
-    with Engine(path, dtype="float32", max_total_tokens=4096, disable_radix_cache=True) as engine:
+    kv = request.param
+    with Engine(path, dtype="float32", max_total_tokens=4096, disable_radix_cache=True,
+                kv_cache_dtype=kv) as engine:
         prompts = make_prompts(engine.tokenizer.vocab_size)
         alone = [
             engine.generate(input_ids=p, sampling_params={"max_new_tokens": m, "temperature": 0,
                                                           "ignore_eos": True})["output_ids"]
             for p, m in prompts
         ]
-    return path, prompts, alone
+    return path, prompts, alone, kv
 
 
 @pytest.mark.parametrize(
@@ -56,8 +60,8 @@ def reference(tiny_paths):
     ids=["cache", "no-cache", "chunk16", "chunk4096", "page1", "alternating"],
 )
 def test_batched_output_equals_each_request_alone(reference, options):
-    path, prompts, alone = reference
-    with Engine(path, dtype="float32", **options) as engine:
+    path, prompts, alone, kv = reference
+    with Engine(path, dtype="float32", kv_cache_dtype=kv, **options) as engine:
         assert run_together(engine, prompts) == alone
         stats = engine.stats()
     assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] + stats["cache_protected_tokens"] == \
@@ -68,9 +72,9 @@ def test_batched_output_equals_each_request_alone(reference, options):
 
 def test_output_survives_preemption(reference):
     """A pool too small for all 64 requests at once forces preemption; outputs stay identical."""
-    path, prompts, alone = reference
+    path, prompts, alone, kv = reference
     with Engine(path, dtype="float32", max_total_tokens=512, page_size=16, chunked_prefill_size=64,
-                schedule_conservativeness=0.0) as engine:
+                schedule_conservativeness=0.0, kv_cache_dtype=kv) as engine:
         assert run_together(engine, prompts) == alone
         stats = engine.stats()
     assert stats["num_preemptions"] > 0

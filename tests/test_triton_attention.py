@@ -144,3 +144,50 @@ def test_decode_split_sizing():
     splits, split_len = tri._decode_splits(100_000, 4)
     assert splits == tri._DECODE_MAX_SPLITS and splits * split_len >= 100_000
     assert tri._decode_splits(100_000, 10_000)[0] == 1  # a big batch fills the GPU without splitting
+
+
+# --------------------------------------------------------------------------------------------- quantized KV cache
+
+KV_DTYPES = [torch.int8, torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _quantized_pool(k_cache: torch.Tensor, kv_dtype: torch.dtype) -> list[torch.Tensor]:
+    """Empty code caches and bf16 scale caches shaped like `k_cache`'s pool."""
+    slots, hkv, d = k_cache.shape
+    return [torch.zeros(slots, hkv, d, dtype=torch.uint8, device=DEVICE).view(kv_dtype) for _ in range(2)] + [
+        torch.zeros(slots, hkv, dtype=torch.bfloat16, device=DEVICE) for _ in range(2)]
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_quantized_store_writes_the_bytes_torch_writes(dtype, kv_dtype):
+    (q, k, v, k_cache, _, slots), _ = _scenario(dtype, 4, 2, 64, 16, [3, 1, 9], [0, 20, 5])
+    scale = torch.logspace(-3, 3, k.shape[0], device=DEVICE).view(-1, 1, 1).to(dtype)
+    kv = torch.cat([k * scale, v], dim=1)  # strided views, magnitudes across the codes' whole range
+    want, got = _quantized_pool(k_cache, kv_dtype), _quantized_pool(k_cache, kv_dtype)
+    ref.store_kv(want[0], want[1], slots, kv[:, :2], kv[:, 2:], want[2], want[3])
+    tri.store_kv(got[0], got[1], slots, kv[:, :2], kv[:, 2:], got[2], got[3])
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(_bytes(a), _bytes(b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_attention_over_codes_matches_the_reference(dtype, kv_dtype, many_splits):
+    """Decode rows and extends (with and without a prefix) in one batch, reading int8 / fp8 codes."""
+    (q, k, v, k_cache, _, slots), meta = _scenario(dtype, 8, 2, 64, 16, [1, 70, 1, 9], [150, 0, 3, 40])
+    kc, vc, ks, vs = _quantized_pool(k_cache, kv_dtype)
+    g = torch.Generator().manual_seed(1)
+    for cache, scales in ((kc, ks), (vc, vs)):  # every slot holds codes, as a pool in use does
+        ref.store_kv(cache, cache, torch.arange(len(cache), device=DEVICE),
+                     torch.randn(*cache.shape, generator=g).to(dtype).to(DEVICE),
+                     torch.randn(*cache.shape, generator=g).to(dtype).to(DEVICE), scales, scales)
+    ref.store_kv(kc, vc, slots, k, v, ks, vs)
+    expected = ref.paged_attention(q, k, v, kc, vc, meta, 0.125, k_scale=ks, v_scale=vs)
+    got = tri.paged_attention(q, k, v, kc, vc, meta, 0.125, k_scale=ks, v_scale=vs)
+    tol = TOL[dtype]
+    torch.testing.assert_close(got.float(), expected.float(), atol=tol, rtol=tol)

@@ -1,4 +1,5 @@
-"""The engine on the Triton kernels (CPU interpreter) gives the same greedy tokens as on the torch kernels."""
+"""The engine on the Triton kernels (CPU interpreter) gives the same greedy tokens as on the torch kernels, with the
+KV cache in the model dtype or quantized."""
 
 from __future__ import annotations
 
@@ -19,16 +20,18 @@ prompts = [[5, 17, 300, 42], list(range(100, 137)), [9] * 20]
 params = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
 out = {}
 for backend in ("torch", "triton"):
-    with Engine(sys.argv[1], dtype="float32", max_total_tokens=512, attention_backend=backend) as e:
+    with Engine(sys.argv[1], dtype="float32", max_total_tokens=512, attention_backend=backend,
+                kv_cache_dtype=sys.argv[2]) as e:
         out[backend] = [r["output_ids"] for r in e.generate(input_ids=prompts, sampling_params=params)]
 print(json.dumps(out))
 """
 
 
-def test_triton_backend_matches_torch_backend(tiny_paths):
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_triton_backend_matches_torch_backend(tiny_paths, kv_cache_dtype):
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tiny_paths["tiny-qwen3"])], capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tiny_paths["tiny-qwen3"]), kv_cache_dtype],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["triton"] == out["torch"]

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "kv_quant.h"
 
 #define MAX_HEAD_DIM 1024  // rotary embedding's per-token cos/sin buffer
 #define PARALLEL_MIN 16384  // elements below which one thread beats the fork/join of a parallel region
@@ -363,14 +364,38 @@ int silu_and_mul(const void *x, void *out, int64_t R, int64_t I, int64_t sx, int
 
 // k, v [T, H, D] (strides sk0, sk1, 1 and sv0, sv1, 1) into k_cache/v_cache [num_slots, H, D] rows slots [T].
 // Returns 1 (writing nothing) on a slot out of range.
+// Rows of one token's heads into a quantized cache (kv_dtype 3-5, see kv_quant.h): codes and a bf16 scale per head.
+static void store_quantized(uint8_t *codes, uint16_t *scales, const char *x, int64_t H, int64_t D, int64_t s1,
+                            int dtype, size_t es, int kv_dtype) {
+    float row[MAX_HEAD_DIM];
+    for (int64_t h = 0; h < H; h++) {
+        const char *xh = x + (size_t)(h * s1) * es;
+        for (int64_t d = 0; d < D; d++) row[d] = load1(xh, d, dtype);
+        kv_quantize_row(codes + h * D, scales + h, row, D, kv_dtype);
+    }
+}
+
+// kv_dtype: the cache's element type, the input's `dtype` (a copy) or 3-5 (quantized, with k_scale / v_scale
+// [num_slots, H] bf16).
 int store_kv(void *k_cache, void *v_cache, const int64_t *slots, const void *k, const void *v, int64_t T,
              int64_t H, int64_t D, int64_t sk0, int64_t sk1, int64_t sv0, int64_t sv1, int64_t num_slots,
-             int dtype, int num_threads) {
+             int dtype, int num_threads, int kv_dtype, void *k_scale, void *v_scale) {
     if (dtype < 0 || dtype > 2) return 1;
+    if (kv_dtype != dtype && !(kv_quantized(kv_dtype) && k_scale && v_scale && D <= MAX_HEAD_DIM)) return 1;
     for (int64_t t = 0; t < T; t++)
         if (slots[t] < 0 || slots[t] >= num_slots) return 1;
     const size_t es = dtype == 0 ? 4 : 2, row = (size_t)D * es;
     const int nt = threads_for(2 * T * H * D, num_threads);
+    if (kv_dtype != dtype) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t off = slots[t] * H;
+            const char *kt = (const char *)k + (size_t)(t * sk0) * es, *vt = (const char *)v + (size_t)(t * sv0) * es;
+            store_quantized((uint8_t *)k_cache + off * D, (uint16_t *)k_scale + off, kt, H, D, sk1, dtype, es, kv_dtype);
+            store_quantized((uint8_t *)v_cache + off * D, (uint16_t *)v_scale + off, vt, H, D, sv1, dtype, es, kv_dtype);
+        }
+        return 0;
+    }
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t t = 0; t < T; t++) {
         char *kc = (char *)k_cache + (size_t)(slots[t] * H) * row;

@@ -6,6 +6,9 @@
 //
 // Shapes (all contiguous): q [B, Hq, D]; k_cache, v_cache [num_slots, Hkv, D]; pages [B, max_pages] int64;
 // lens [B] int64 (keys per sequence, >= 1); out [B, Hq, D]. Hq = G * Hkv (GQA). dtype: 0 fp32, 1 bf16, 2 fp16.
+// The pool holds `dtype` too, or one-byte codes (kv_dtype 3 int8, 4 fp8 e4m3, 5 fp8 e5m2; kv_quant.h) with a bf16
+// scale per (slot, kv head) in k_scale / v_scale [num_slots, Hkv]: a key's scale multiplies its score, a value's
+// its softmax weight, so the codes are widened but never scaled element by element.
 //
 // Rows that share leading pages through the radix tree may come in groups: their shared keys are attended once
 // per group as matrix products (amx_attention.c), each row then walks only its own pages and merges the two
@@ -17,6 +20,7 @@
 
 #include "bf16.h"
 #include "amx_attention.h"
+#include "kv_quant.h"
 
 #define MAX_GROUP 32
 #define MAX_DIM 256
@@ -35,6 +39,20 @@ static inline void load_row(float *dst, const void *src, int64_t n, int dtype) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
     }
+}
+
+// A key or value row of the pool as floats: `dtype` elements as they are, or codes times their scale.
+static inline void load_kv_row(float *dst, const void *src, int64_t n, int kv_dtype, float scale) {
+    if (!kv_quantized(kv_dtype)) {
+        load_row(dst, src, n, kv_dtype);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = kv_code_to_float((const uint8_t *)src, i, kv_dtype) * scale;
+}
+
+// The scale of row `slot` of a quantized pool's head (scales points at that head's column), else 1.
+static inline float kv_scale(const uint16_t *scales, int64_t slot, int64_t Hkv) {
+    return scales ? bf16_to_float(scales[slot * Hkv]) : 1.0f;
 }
 
 static inline void store_row(void *dst, const float *src, int64_t n, int dtype) {
@@ -69,7 +87,8 @@ static inline void finish_row(float *row, int64_t D, float m, float l, const flo
 // at a time so the softmax rescale and the exponentials run once per chunk, over contiguous scores.
 static void attend_one(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
                        int64_t begin, int64_t len, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
-                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse,
+                       int kv_dtype, const uint16_t *k_scale, const uint16_t *v_scale) {
     float qf[MAX_GROUP][MAX_DIM], acc[MAX_GROUP][MAX_DIM], row[MAX_DIM];
     float s[MAX_GROUP][CHUNK], m[MAX_GROUP], l[MAX_GROUP];
     int64_t slots[CHUNK];
@@ -80,13 +99,14 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    const size_t slot_stride = (size_t)(Hkv * D) * esize;
+    const size_t slot_stride = (size_t)(Hkv * D) * (kv_quantized(kv_dtype) ? 1 : esize);
     for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
             const int64_t t = t0 + j;
             slots[j] = pages[t / page_size] * page_size + t % page_size;
-            load_row(row, (const char *)k_cache + (size_t)slots[j] * slot_stride, D, dtype);
+            load_kv_row(row, (const char *)k_cache + (size_t)slots[j] * slot_stride, D, kv_dtype,
+                        kv_scale(k_scale, slots[j], Hkv));
             for (int64_t g = 0; g < G; g++) {
                 float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -110,7 +130,8 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
             for (int64_t d = 0; d < D; d++) acc[g][d] *= c;
         }
         for (int64_t j = 0; j < n; j++) {
-            load_row(row, (const char *)v_cache + (size_t)slots[j] * slot_stride, D, dtype);
+            load_kv_row(row, (const char *)v_cache + (size_t)slots[j] * slot_stride, D, kv_dtype,
+                        kv_scale(v_scale, slots[j], Hkv));
             for (int64_t g = 0; g < G; g++) {
                 const float p = s[g][j];
 #pragma omp simd
@@ -137,13 +158,25 @@ static inline __m512 load16(const void *p, int dtype) {
     return _mm512_cvtph_ps(h);
 }
 
+// 16 one-byte codes at p as floats, without their scale; e4m3 comes out 2^-8 times its value (its bits placed
+// in an fp16: sign, then exponent and mantissa 8 bits down), which KV_UNIT folds back into the scale.
+static inline __m512 load16_codes(const void *p, int kv_dtype) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    if (kv_dtype == KV_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    if (kv_dtype == KV_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));  // e5m2 is an fp16's top byte
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7)));
+}
+
+#define KV_UNIT(kv_dtype) ((kv_dtype) == KV_E4M3 ? 256.0f : 1.0f)
+
 #define PREFETCH 8
 
 static inline void prefetch_row(const char *p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
-#ifdef __AVX512BF16__
 // The sums of 16 vectors, in order, as one vector: a transpose-and-add tree (45 instructions instead of 16
 // horizontal reductions of ~8 each).
 static inline __m512 sum16(const __m512 v[16]) {
@@ -159,6 +192,40 @@ static inline __m512 sum16(const __m512 v[16]) {
     const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x44), _mm512_shuffle_f32x4(t[2], t[3], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
 }
+
+// Scaled scores of a chunk's n keys stored as codes (qv holds the queries times the softmax scale), 16 keys at
+// a time: each key is widened once and dotted with all G query heads of its kv head, the 16 partial vectors of a
+// query head are reduced by sum16, and each key's own scale multiplies its lane. Lanes past n repeat key 0 and
+// are overwritten with -inf by the caller.
+static inline __attribute__((always_inline)) void scores_codes(
+    __m512 qv[][MAX_DIM / 16], const void *k_cache, const uint16_t *k_scale, const int64_t *slots, int64_t n,
+    int64_t H, int64_t G, int64_t Hkv, size_t slot_stride, size_t head_bytes, int kv_dtype, const int NV,
+    float s[][CHUNK]) {
+    float ks[CHUNK] __attribute__((aligned(64)));
+    __m512 d[MAX_GROUP][16];
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t j = 0; j < CHUNK; j++)
+            ks[j] = j < n ? bf16_to_float(k_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype) : 0.0f;
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            for (int j = 0; j < 16; j++) {
+                const int64_t slot = slots[j0 + j < n ? j0 + j : 0];
+                const char *kp = (const char *)k_cache + (size_t)slot * slot_stride + h * head_bytes;
+                __m512 kr[MAX_DIM / 16];
+                for (int i = 0; i < NV; i++) kr[i] = load16_codes(kp + i * 16, kv_dtype);
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t qh = h * G + g;
+                    __m512 acc = _mm512_mul_ps(qv[qh][0], kr[0]);
+                    for (int i = 1; i < NV; i++) acc = _mm512_fmadd_ps(qv[qh][i], kr[i], acc);
+                    d[g][j] = acc;
+                }
+            }
+            const __m512 scales = _mm512_load_ps(&ks[j0]);
+            for (int64_t g = 0; g < G; g++) _mm512_store_ps(&s[h * G + g][j0], _mm512_mul_ps(sum16(d[g]), scales));
+        }
+    }
+}
+
+#ifdef __AVX512BF16__
 
 // Scaled bf16 scores of a chunk's n keys for query heads [0, H * G): q . k on bf16 pairs with fp32 accumulation
 // (VDPBF16PS reads the keys as stored, no conversion), 16 keys at a time; lanes past n repeat key 0 and are
@@ -196,7 +263,8 @@ static inline __attribute__((always_inline)) void scores_bf16(
 static inline __attribute__((always_inline)) void attend_avx512(
     const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages, int64_t begin,
     int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t page_size, float scale, int dtype, size_t esize,
-    const float *shared, const float *shared_lse, const int NV) {
+    const float *shared, const float *shared_lse, int kv_dtype, const uint16_t *k_scale, const uint16_t *v_scale,
+    const int NV) {
     const int64_t QH = H * G;
     __m512 qv[MAX_QHEADS][MAX_DIM / 16], acc[MAX_QHEADS][MAX_DIM / 16];
     float s[MAX_QHEADS][CHUNK] __attribute__((aligned(64))), m[MAX_QHEADS], l[MAX_QHEADS];
@@ -210,7 +278,9 @@ static inline __attribute__((always_inline)) void attend_avx512(
         m[qh] = -INFINITY;
         l[qh] = 0.0f;
     }
-    const size_t slot_stride = (size_t)(Hkv * NV * 16) * esize, head_bytes = (size_t)(NV * 16) * esize;
+    const int quant = kv_quantized(kv_dtype);
+    const size_t kes = quant ? 1 : esize;
+    const size_t slot_stride = (size_t)(Hkv * NV * 16) * kes, head_bytes = (size_t)(NV * 16) * kes;
     const size_t run_bytes = (size_t)H * head_bytes;
     for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
@@ -227,10 +297,13 @@ static inline __attribute__((always_inline)) void attend_avx512(
             }
         }
 #ifdef __AVX512BF16__
-        if (dtype == 1)
+        if (dtype == 1 && kv_dtype == 1)
             scores_bf16(q, k_cache, slots, n, H, G, slot_stride, head_bytes, scale, NV, s);
         else
 #endif
+        if (quant)
+            scores_codes(qv, k_cache, k_scale, slots, n, H, G, Hkv, slot_stride, head_bytes, kv_dtype, NV, s);
+        else
             for (int64_t j = 0; j < n; j++) {
                 const char *kp = (const char *)k_cache + (size_t)slots[j] * slot_stride;
                 for (int64_t h = 0; h < H; h++) {
@@ -268,10 +341,16 @@ static inline __attribute__((always_inline)) void attend_avx512(
             const char *vp = (const char *)v_cache + (size_t)slots[j] * slot_stride;
             for (int64_t h = 0; h < H; h++) {
                 __m512 vr[MAX_DIM / 16];
-                for (int i = 0; i < NV; i++) vr[i] = load16(vp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
+                float vs = 1.0f;
+                if (quant) {
+                    vs = bf16_to_float(v_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype);
+                    for (int i = 0; i < NV; i++) vr[i] = load16_codes(vp + h * head_bytes + (size_t)(i * 16), kv_dtype);
+                } else {
+                    for (int i = 0; i < NV; i++) vr[i] = load16(vp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
+                }
                 for (int64_t g = 0; g < G; g++) {
                     const int64_t qh = h * G + g;
-                    const __m512 p = _mm512_set1_ps(s[qh][j]);
+                    const __m512 p = _mm512_set1_ps(s[qh][j] * vs);
                     for (int i = 0; i < NV; i++) acc[qh][i] = _mm512_fmadd_ps(p, vr[i], acc[qh][i]);
                 }
             }
@@ -288,14 +367,15 @@ static inline __attribute__((always_inline)) void attend_avx512(
 // The vector path for D in {64, 128} (the common head sizes); returns 0 when it does not apply.
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
                        int64_t begin, int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
-                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse,
+                       int kv_dtype, const uint16_t *k_scale, const uint16_t *v_scale) {
     if (H * G > MAX_QHEADS) return 0;
     if (D == 64)
         attend_avx512(q, k_cache, v_cache, out, pages, begin, len, H, G, Hkv, page_size, scale, dtype, esize, shared,
-                      shared_lse, 4);
+                      shared_lse, kv_dtype, k_scale, v_scale, 4);
     else if (D == 128)
         attend_avx512(q, k_cache, v_cache, out, pages, begin, len, H, G, Hkv, page_size, scale, dtype, esize, shared,
-                      shared_lse, 8);
+                      shared_lse, kv_dtype, k_scale, v_scale, 8);
     else
         return 0;
     return 1;
@@ -303,7 +383,8 @@ static int attend_fast(const void *q, const void *k_cache, const void *v_cache, 
 #else
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
                        int64_t begin, int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
-                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse) {
+                       float scale, int dtype, size_t esize, const float *shared, const float *shared_lse,
+                       int kv_dtype, const uint16_t *k_scale, const uint16_t *v_scale) {
     return 0;
 }
 #endif
@@ -339,14 +420,15 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
                            const int64_t *pages, const int64_t *lens, int64_t B, int64_t max_pages, int64_t Hq,
                            int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype, int num_threads,
                            const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
-                           int64_t n_groups) {
+                           int64_t n_groups, int kv_dtype, const void *k_scale, const void *v_scale) {
     const int64_t G = Hq / Hkv;
     if (G > MAX_GROUP || D > MAX_DIM) return 1;
-    const size_t esize = dtype == 0 ? 4 : 2;
+    if (kv_dtype != dtype && !(kv_quantized(kv_dtype) && k_scale && v_scale)) return 1;
+    const size_t esize = dtype == 0 ? 4 : 2, kes = kv_quantized(kv_dtype) ? 1 : esize;
     int64_t *begin = calloc((size_t)B, sizeof(int64_t));
     if (!begin) return 2;
     float *shared = NULL, *shared_lse = NULL;
-    if (n_groups > 0 && dtype == 1)
+    if (n_groups > 0 && dtype == 1 && kv_dtype == 1)
         attend_groups(q, k_cache, v_cache, pages, B, max_pages, Hq, Hkv, D, page_size, scale, num_threads, rows,
                       offsets, shared_pages, n_groups, &shared, &shared_lse, begin);
     // Whole sequences (all heads, contiguous reads) per work item when there are enough sequences to keep every
@@ -365,20 +447,22 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
             const int64_t b = item / blocks, h0 = (item % blocks) * per_item;
             const int64_t H = Hkv - h0 < per_item ? Hkv - h0 : per_item;
             const size_t off = (size_t)((b * Hq + h0 * G) * D) * esize;
-            const char *kh = (const char *)k_cache + (size_t)(h0 * D) * esize;
-            const char *vh = (const char *)v_cache + (size_t)(h0 * D) * esize;
+            const char *kh = (const char *)k_cache + (size_t)(h0 * D) * kes;
+            const char *vh = (const char *)v_cache + (size_t)(h0 * D) * kes;
+            const uint16_t *ksh = k_scale ? (const uint16_t *)k_scale + h0 : NULL;
+            const uint16_t *vsh = v_scale ? (const uint16_t *)v_scale + h0 : NULL;
             const int64_t *pb = pages + b * max_pages;
             const int merge = begin[b] > 0;
             const float *sh = merge ? shared + (b * Hq + h0 * G) * D : NULL;
             const float *sh_lse = merge ? shared_lse + b * Hq + h0 * G : NULL;
             if (attend_fast((const char *)q + off, kh, vh, (char *)out + off, pb, begin[b], lens[b], H, G, Hkv, D,
-                            page_size, scale, dtype, esize, sh, sh_lse))
+                            page_size, scale, dtype, esize, sh, sh_lse, kv_dtype, ksh, vsh))
                 continue;
             for (int64_t h = 0; h < H; h++) {
-                const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * esize;
+                const size_t hoff = (size_t)(h * G * D) * esize, koff = (size_t)(h * D) * kes;
                 attend_one((const char *)q + off + hoff, kh + koff, vh + koff, (char *)out + off + hoff, pb, begin[b],
                            lens[b], G, Hkv, D, page_size, scale, dtype, esize, merge ? sh + h * G * D : NULL,
-                           merge ? sh_lse + h * G : NULL);
+                           merge ? sh_lse + h * G : NULL, kv_dtype, ksh ? ksh + h : NULL, vsh ? vsh + h : NULL);
             }
         }
 #ifdef __AVX512F__

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 import torch
 import torch.distributed as dist
 
+from sprig.kernels.kv_quant import KVCacheDtype
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, decode_step
 from sprig.runtime.model.config import load_model_config
@@ -77,12 +78,13 @@ def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
     cfg = spec.config
     model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp)
     dtype = resolve_dtype(cfg.dtype, load_model_config(spec.model_path))
+    kv_dtype = KVCacheDtype.parse(cfg.kv_cache_dtype)
     size = choose_pool_size(model.layer_cfg, dtype, cfg.page_size, cfg.max_total_tokens, cfg.mem_fraction,
-                            spec.device)
+                            spec.device, kv_dtype)
     pages = torch.tensor([size.num_pages], dtype=torch.int64, device=_collective_device(spec))
     dist.all_reduce(pages, op=dist.ReduceOp.MIN, group=tp.group)  # why: every rank's pool must hold the same slots
     size = PoolSize(int(pages.item()), size.page_size)
-    return model, KVPool(model.layer_cfg, size, dtype, spec.device)
+    return model, KVPool(model.layer_cfg, size, dtype, spec.device, kv_dtype)
 
 
 def _collective_device(spec: RankSpec) -> torch.device:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sprig.kernels.kv_quant import KVCacheDtype
 from sprig.radix import RadixCache
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_group import TPGroup
@@ -92,9 +93,10 @@ class EngineCore:
                                   self.model_config.context_length)
         dtype = resolve_dtype(config.dtype, load_model_config(self.model_path))
         if self.tp is None:
+            kv_dtype = KVCacheDtype.parse(config.kv_cache_dtype)
             size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
-                                    config.mem_fraction, config.device)
-            self.pool = KVPool(self.model_config, size, dtype, config.device)
+                                    config.mem_fraction, config.device, kv_dtype)
+            self.pool = KVPool(self.model_config, size, dtype, config.device, kv_dtype)
         else:
             assert self.tp.pool is not None
             self.pool = self.tp.pool  # this rank's KV heads, as many slots as the tightest rank allows

@@ -9,6 +9,7 @@ import torch
 from sprig.kernels.backend import backend_reason
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.core import EngineCore
+from sprig.runtime.model.kv_pool import KVPool
 
 GRAMMAR_BACKENDS = {
     "llguidance": "llguidance (context-free grammars over sprig's JSON Schema translation, masks computed lazily)",
@@ -21,19 +22,18 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
     cfg = core.config
     model_cfg = core.model_config
     pool = core.pool
-    element = pool.buffer.element_size()
-    gib = pool.buffer.numel() * element / 2**30
+    gib = pool.nbytes / 2**30
     ops = core.model.ops.name
     quant = cfg.quantization or "none"
     threads = str(torch.get_num_threads()) + (" (--num-threads)" if cfg.num_threads else " (torch's default)")
     return [
         ("model", f"{core.model_path} ({model_cfg.architecture}, {model_cfg.num_layers} layers, "
                   f"context {core.context_length})"),
-        ("dtype", f"{str(pool.buffer.dtype).removeprefix('torch.')} (--dtype {cfg.dtype}), quantization {quant}"),
+        ("dtype", f"{str(core.model.dtype).removeprefix('torch.')} (--dtype {cfg.dtype}), quantization {quant}"),
         ("device", cfg.device),
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),
         ("threads", threads),
-        ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}"),
+        ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
         ("tensor parallel", str(cfg.tp_size)),
@@ -47,6 +47,14 @@ def _speculative_fact(cfg: EngineConfig) -> str:
     draft = f", draft model {cfg.speculative_draft_model_path}" if cfg.speculative_algorithm == "draft" else ""
     adaptive = "fixed" if cfg.speculative_disable_adaptive else "adaptive"
     return f"{cfg.speculative_algorithm}{draft}, up to {cfg.speculative_num_draft_tokens} draft tokens ({adaptive})"
+
+
+def _kv_storage(pool: KVPool) -> str:
+    """How a quantized pool stores K/V (nothing for one in the model dtype)."""
+    kind = pool.kv_cache_dtype
+    if not kind.quantized:
+        return ""
+    return f", {kind.value} codes with a bf16 scale per token and head (--kv-cache-dtype)"
 
 
 def format_block(title: str, facts: list[tuple[str, str]]) -> str:

@@ -98,11 +98,11 @@ class DecodeGraphRunner:
             batch = self._batch(b)
             with torch.cuda.stream(stream):
                 for _ in range(2):  # warm-up: lazy inits and autotuning happen outside the capture
-                    self.model(batch, self.pool.k_caches, self.pool.v_caches)
+                    self.model(batch, self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self.outputs[b] = self.model(batch, self.pool.k_caches, self.pool.v_caches)
+                self.outputs[b] = self.model(batch, self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales)
             self.graphs[b] = graph
         torch.cuda.synchronize()
         logger.info("captured decode CUDA graphs for batch sizes %s", self.batch_sizes)
@@ -114,4 +114,4 @@ class DecodeGraphRunner:
         if b in self.graphs:
             self.graphs[b].replay()
             return self.outputs[b][: len(seqs)]
-        return self.model(self._batch(b), self.pool.k_caches, self.pool.v_caches)[: len(seqs)]
+        return self.model(self._batch(b), self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales)[: len(seqs)]

@@ -114,6 +114,8 @@ class Attention(nn.Module):
         cos_sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
         cfg = self.cfg
         qkv = self.qkv_proj(x)
@@ -126,8 +128,10 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
         self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
-        self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v)
-        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale)
+        # A quantized pool (int8 / fp8 codes) comes with its scales; every backend's store and attention take them.
+        scales = {} if k_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
+        self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v, **scales)
+        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales)
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, cfg.q_size)))
 
 
@@ -159,12 +163,14 @@ class DecoderLayer(nn.Module):
         cos_sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm.add_and_norm(x, residual)
-        x = self.self_attn(x, batch, cos_sin, k_cache, v_cache)
+        x = self.self_attn(x, batch, cos_sin, k_cache, v_cache, k_scale, v_scale)
         x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
         return self.mlp(x), residual
 
@@ -196,13 +202,17 @@ class CausalLM(nn.Module):
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
+                k_scales: list[torch.Tensor] | None = None, v_scales: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Return next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded), in the model's dtype:
-        the sampler copies them to float32 where it changes them, and a greedy batch reads them as they are."""
+        the sampler copies them to float32 where it changes them, and a greedy batch reads them as they are.
+        A quantized pool passes its per-layer scales (`KVPool.k_scales` / `v_scales`)."""
         x = self.embed_tokens(batch.input_ids) if not self.tp.enabled else self._embed_sharded(batch.input_ids)
         residual = None
-        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
-            x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache)
+        no_scales = [None] * len(self.layers)
+        for layer, k_cache, v_cache, k_scale, v_scale in zip(
+                self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
+            x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # the model has layers
         x = x.index_select(0, batch.logits_rows)
         residual = residual.index_select(0, batch.logits_rows)

@@ -21,7 +21,14 @@ from sprig.runtime.model import host_memory
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, can_pack_for_onednn
 from sprig.runtime.model.parallel import TPContext
-from sprig.runtime.model.quantization import QUANTIZATION_METHODS, Int8Linear
+from sprig.runtime.model.quantization import (
+    FP8,
+    QUANTIZATION_METHODS,
+    Fp8Format,
+    Fp8Linear,
+    Int8Linear,
+    expand_scale,
+)
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
 logger = logging.getLogger(__name__)
@@ -61,7 +68,18 @@ def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
     return DTYPES[key]
 
 
-def _weight_targets(model: CausalLM) -> dict[str, Target]:
+def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None) -> dict[str, Target]:
+    """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor."""
+    targets = _plain_targets(model)
+    if fp8 is not None:
+        for name, target in list(targets.items()):
+            if isinstance(target.module, Fp8Linear) and target.attr == "weight":
+                scale = Target(target.module, "weight_scale", target.row_start, target.rows, target.source)
+                targets[name.removesuffix("weight") + fp8.scale_suffix] = scale
+    return targets
+
+
+def _plain_targets(model: CausalLM) -> dict[str, Target]:
     cfg, local, plan = model.cfg, model.layer_cfg, model.plan
     sharded = model.tp.enabled
 
@@ -132,6 +150,18 @@ def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
             _quantize_linears(child, dtype)
 
 
+def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> None:
+    """The decoder layers' linears as `Fp8Linear`s (the LM head and embeddings stay in `dtype`, as fp8
+    checkpoints keep them); block-scaled checkpoints share a scale over `fp8.block[1]` input columns."""
+    col_block = fp8.block[1] if fp8 is not None and fp8.block is not None else None
+    for layer in model.layers:
+        for parent in layer.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, Linear):
+                    out_f, in_f = child.weight.shape
+                    setattr(parent, name, Fp8Linear(in_f, out_f, child.bias is not None, dtype, col_block))
+
+
 def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
     """The whole tensor, or only this rank's slice of it (read through the memory map, never in full)."""
     if source is None:
@@ -145,27 +175,38 @@ def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
     return view[source.start : end] if source.dim == 0 else view[:, source.start : end]
 
 
-def _copy_into(target: Target, name: str, tensor: torch.Tensor) -> None:
+def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format | None = None) -> None:
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
     dest = param.data[target.row_start : target.row_start + rows]
+    if target.attr == "weight_scale":
+        assert fp8 is not None and isinstance(target.module, Fp8Linear)  # scale targets: fp8 checkpoints only
+        tensor = expand_scale(tensor, fp8, (rows, int(target.module.weight.shape[1])), name)
     if tuple(dest.shape) != tuple(tensor.shape):
         raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
-    if isinstance(target.module, Int8Linear) and target.attr == "weight":
-        target.module.load_rows(target.row_start, tensor)
+    is_weight = target.attr == "weight"
+    if isinstance(target.module, Fp8Linear) and is_weight and fp8 is not None:
+        if tensor.dtype != FP8:
+            raise CheckpointError(f"tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, expected "
+                                  "float8_e4m3fn (config.json declares an fp8 checkpoint)")
+        dest.copy_(tensor)
+    elif isinstance(target.module, (Int8Linear, Fp8Linear)) and is_weight:
+        target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
     else:
         dest.copy_(tensor.to(dest.dtype))
 
 
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
-    tp: TPContext | None = None,
+    tp: TPContext | None = None, fp8: Fp8Format | None = None,
 ) -> CausalLM:
     ops = get_kernels(backend, device)
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, ops, tp)
         if quantization == "int8":
             _quantize_linears(model, dtype)
+        elif quantization == "fp8" or fp8 is not None:
+            _fp8_linears(model, dtype, fp8)
     model = model.to_empty(device=device)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
@@ -197,12 +238,21 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, cfg)
     if quantization is not None and quantization not in QUANTIZATION_METHODS:
         raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
+    fp8 = Fp8Format.from_config(folder)
+    if fp8 is not None and quantization not in (None, "fp8"):
+        raise CheckpointError(f"the checkpoint is fp8 already; --quantization {quantization} cannot apply to it")
+    kept = [name for name in fp8.ignore if name != "lm_head"] if fp8 is not None else []
+    if kept:
+        raise CheckpointError(f"fp8 checkpoints with full-precision layers other than the LM head are not "
+                              f"supported: {_short_list(kept)}")
+    if (fp8 is not None or quantization == "fp8") and tp is not None and tp.enabled:
+        raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp)
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8)
     except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
-    targets = _weight_targets(model)
+    targets = _weight_targets(model, fp8)
     loaded: set[str] = set()
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
@@ -213,11 +263,13 @@ def load_model(
                 for name in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
                     if name.endswith(IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
                         continue
+                    if fp8 is not None and name.endswith(".input_scale"):
+                        continue  # static activation scales: activations stay in the model dtype here
                     if name not in targets:
                         unexpected.append(name)
                         continue
                     tensor = _read(f, name, targets[name].source)
-                    _copy_into(targets[name], name, tensor)
+                    _copy_into(targets[name], name, tensor, fp8)
                     bar.update(tensor.numel() * tensor.element_size())
                     loaded.add(name)
         except SafetensorError as e:

@@ -1,12 +1,27 @@
-"""Weight-only int8 linears: per-output-channel symmetric scales, activations stay in the model dtype."""
+"""Quantized linears: weight-only int8 (per output row) and fp8 e4m3 (per tensor, per row or 128x128 blocks).
+
+Activations stay in the model dtype. fp8 weights come from a checkpoint whose config.json has an fp8
+`quantization_config` (`Fp8Format.from_config`: vLLM / SGLang `quant_method: fp8` and compressed-tensors float8),
+or from `--quantization fp8`, which quantizes a full-precision checkpoint per output row at load.
+"""
 
 from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-QUANTIZATION_METHODS = ("int8",)
+from sprig.runtime.errors import CheckpointError
+
+QUANTIZATION_METHODS = ("int8", "fp8")
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 
 def quantize_rows_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,4 +65,138 @@ class Int8Linear(nn.Module):
             y = y.reshape(*x.shape[:-1], -1)
         else:
             y = F.linear(x, self.weight.to(x.dtype)) * self.scales
+        return y if self.bias is None else y + self.bias
+
+
+@dataclass(frozen=True)
+class Fp8Format:
+    """How an fp8 checkpoint stores its linear weights' scales.
+
+    strategy "tensor": one scale per weight tensor; "channel": one per output row [out, 1]; "block": one per
+    block [ceil(out / rows), ceil(in / cols)]. `scale_suffix` names the scale tensor beside `<layer>.weight`;
+    `inverse` is historical naming only (`weight_scale_inv` multiplies, as in vLLM and SGLang).
+    """
+
+    strategy: str
+    block: tuple[int, int] | None
+    scale_suffix: str
+    ignore: tuple[str, ...] = ()  # module names kept in full precision (compressed-tensors' "ignore")
+
+    @staticmethod
+    def from_config(folder: Path) -> Fp8Format | None:
+        """The fp8 format of the checkpoint in `folder`; None without a quantization_config; a one-line
+        CheckpointError for a quantization sprig cannot load."""
+        try:
+            raw = json.loads((folder / "config.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None  # load_model_config reports these
+        qc = raw.get("quantization_config")
+        if qc is None:
+            return None
+        if not isinstance(qc, dict):
+            raise CheckpointError("config.json: quantization_config must be an object")
+        method = qc.get("quant_method")
+        if method == "fp8":
+            return _vllm_format(qc)
+        if method == "compressed-tensors":
+            return _compressed_tensors_format(qc)
+        raise CheckpointError(f"config.json: quantization_config.quant_method {method!r} is not supported "
+                              "(sprig loads fp8 and compressed-tensors float8 checkpoints)")
+
+
+def _vllm_format(qc: dict[str, Any]) -> Fp8Format:
+    if qc.get("fmt", "e4m3") != "e4m3":
+        raise CheckpointError(f"config.json: fp8 fmt {qc.get('fmt')!r} is not supported (only e4m3)")
+    block = qc.get("weight_block_size")
+    if block is None:
+        return Fp8Format("tensor", None, "weight_scale", tuple(qc.get("ignored_layers") or ()))
+    return Fp8Format("block", _block(block, "weight_block_size"), "weight_scale_inv",
+                     tuple(qc.get("ignored_layers") or ()))
+
+
+def _compressed_tensors_format(qc: dict[str, Any]) -> Fp8Format:
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise CheckpointError("config.json: compressed-tensors config_groups must hold exactly one group")
+    weights = next(iter(groups.values())).get("weights") or {}
+    if weights.get("num_bits") != 8 or weights.get("type") != "float":
+        raise CheckpointError("config.json: only compressed-tensors float8 weights (num_bits 8, type float) load")
+    strategy = weights.get("strategy")
+    if strategy not in ("tensor", "channel", "block"):
+        raise CheckpointError(f"config.json: compressed-tensors weight strategy {strategy!r} is not supported")
+    block = _block(weights.get("block_structure"), "block_structure") if strategy == "block" else None
+    return Fp8Format(strategy, block, "weight_scale", tuple(qc.get("ignore") or ()))
+
+
+def _block(value: Any, field: str) -> tuple[int, int]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value)):
+        raise CheckpointError(f"config.json: {field} must be two positive integers, got {value!r}")
+    return value[0], value[1]
+
+
+def quantize_rows_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (fp8 e4m3 weight, float32 scale [rows, 1]) with w ≈ q * scale."""
+    w32 = w.float()
+    scale = w32.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / FP8_MAX
+    return (w32 / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def expand_scale(scale: torch.Tensor, fmt: Fp8Format, shape: tuple[int, int], name: str) -> torch.Tensor:
+    """A checkpoint's scale tensor for a weight of `shape` as float32 [rows, column blocks]: one row per weight
+    row, one column per `fmt.block` column block (one column unless block-scaled). Malformed: CheckpointError."""
+    out_f, in_f = shape
+    scale = scale.float()
+    if fmt.strategy == "tensor":
+        if scale.numel() != 1:
+            raise CheckpointError(f"tensor {name} has shape {tuple(scale.shape)}, expected one per-tensor scale")
+        return scale.reshape(1, 1).expand(out_f, 1)
+    if fmt.strategy == "channel":
+        if scale.numel() != out_f or (scale.dim() == 2 and scale.shape[1] != 1) or scale.dim() > 2:
+            raise CheckpointError(f"tensor {name} has shape {tuple(scale.shape)}, expected ({out_f}, 1)")
+        return scale.reshape(out_f, 1)
+    assert fmt.block is not None  # block strategy
+    rows, cols = fmt.block
+    want = (math.ceil(out_f / rows), math.ceil(in_f / cols))
+    if tuple(scale.shape) != want:
+        raise CheckpointError(f"tensor {name} has shape {tuple(scale.shape)}, expected {want} for {rows}x{cols} "
+                              f"blocks of a {out_f}x{in_f} weight")
+    return scale.repeat_interleave(rows, dim=0)[:out_f]
+
+
+class Fp8Linear(nn.Module):
+    """Drop-in for `Linear` holding an fp8 e4m3 weight [out, in] and float32 scales [out, column blocks]
+    (`col_block` input columns share a scale; per-tensor and per-row scales are one column)."""
+
+    TILE_ROWS = 256  # output rows upcast at a time: the full-precision copy of the weight never exists whole
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
+                 col_block: int | None = None) -> None:
+        super().__init__()
+        self.col_block = col_block or in_features
+        blocks = math.ceil(in_features / self.col_block)
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=FP8), requires_grad=False)
+        self.weight_scale = nn.Parameter(torch.empty(out_features, blocks, dtype=torch.float32), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
+        self.dtype = dtype
+
+    def load_rows(self, start: int, w: torch.Tensor) -> None:
+        """Quantize a full-precision block of rows [start, start + len(w)) into this layer (one scale per row)."""
+        if self.col_block != self.weight.shape[1]:
+            raise CheckpointError("a full-precision tensor cannot fill a block-scaled fp8 layer")
+        q, scale = quantize_rows_fp8(w)
+        self.weight.data[start : start + len(w)].copy_(q)
+        self.weight_scale.data[start : start + len(w)].copy_(scale)
+
+    def dequantized(self, rows: slice, dtype: torch.dtype) -> torch.Tensor:
+        """Weight rows `rows` in `dtype`: codes times their row / block scale."""
+        w = self.weight[rows].float()
+        scale = self.weight_scale[rows].repeat_interleave(self.col_block, dim=1)[:, : w.shape[1]]
+        return (w * scale).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out_f = self.weight.shape[0]
+        y = torch.empty(*x.shape[:-1], out_f, dtype=x.dtype, device=x.device)
+        for r0 in range(0, out_f, self.TILE_ROWS):
+            rows = slice(r0, min(r0 + self.TILE_ROWS, out_f))
+            y[..., rows] = F.linear(x, self.dequantized(rows, x.dtype))
         return y if self.bias is None else y + self.bias

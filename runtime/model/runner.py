@@ -99,5 +99,5 @@ class ModelRunner:
             n = len(seqs)
             return StepOutput(self.graph_runner.run(seqs), list(range(n)), [1] * n)
         batch, row_start, row_count = self.build_batch(seqs)
-        logits = self.model(batch, self.pool.k_caches, self.pool.v_caches)
+        logits = self.model(batch, self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales)
         return StepOutput(logits, row_start, row_count)
