@@ -48,7 +48,7 @@ class JumpForward:
 
 def fill_bitmask_rows(matchers: list[Any], bitmask: torch.Tensor) -> None:
     """Fill `bitmask[i]` for every matcher that is not None, grouped by backend (see `fill_rows`)."""
-    groups: dict[type, list[tuple[Any, int]]] = {}
+    groups: dict[type[GrammarMatcher], list[tuple[Any, int]]] = {}
     for row, matcher in enumerate(matchers):
         if matcher is not None:
             groups.setdefault(type(matcher), []).append((matcher, row))
