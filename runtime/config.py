@@ -96,9 +96,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "--model-path", dest="model_path", default=None,
                         help="Hugging Face checkpoint folder (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
-    parser.add_argument("--quantization", default=None, help="weight-only quantization: int8")
+    parser.add_argument("--quantization", default=None, help="weight-only quantization: int8 (default: none)")
     parser.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
-    parser.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    parser.add_argument("--max-total-tokens", type=int, default=None,
+                        help="KV pool size in tokens (default: sized by --mem-fraction)")
     parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
                         help="fraction of free memory for the KV pool when --max-total-tokens is not given")
     parser.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
@@ -114,10 +115,14 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-mixed-chunk", action="store_true",
                         help="alternate prefill and decode steps instead of running them in one batch")
     parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"],
-                        help="kernels: triton on CUDA, sprig's C kernels on CPU when they build, else torch")
-    parser.add_argument("--context-length", type=int, default=None, help="cap below the model's own context")
-    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--random-seed", type=int, default=None, help="seed of the sampler for unseeded requests")
+                        help="kernels (default: triton on CUDA, on CPU sprig's C kernels when they build, "
+                             "else torch)")
+    parser.add_argument("--context-length", type=int, default=None,
+                        help="cap below the model's own context (default: no cap)")
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--random-seed", type=int, default=None,
+                        help="seed of the sampler for unseeded requests (default: from the OS)")
     parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
     parser.add_argument("--disable-jump-forward", action="store_true",
                         help="sample forced grammar tokens one by one instead of appending them at once")

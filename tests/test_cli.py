@@ -103,6 +103,13 @@ def test_every_flag_has_help_and_help_shows_defaults():
     serve = dict(parsers)["sprig serve"].format_help()
     assert "(default: 30000)" in " ".join(serve.split())  # --port
     assert "(default: 16)" in " ".join(serve.split())  # --page-size
+    # A flag that takes a value says what happens without it, argparse's way or in its own words; only those
+    # whose absence means nothing at all (no key file, no output file) or that are required stay quiet.
+    quiet = {"--api-keys", "--api-key", "--extra-body", "--output", "--stop"}
+    silent = sorted({a.option_strings[-1] for path, p in parsers for a in p._actions
+                     if a.option_strings and a.nargs != 0 and not a.required and a.option_strings[-1] not in quiet
+                     and "default" not in p._get_formatter()._get_help_string(a)})
+    assert not silent, silent
 
 
 def test_serve_help_runs_from_the_command_line():

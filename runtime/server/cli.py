@@ -47,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="queued sequences beyond this get 503 with Retry-After")
     p.add_argument("--max-sequences-per-request", type=int, default=d.max_sequences_per_request,
                    help="bound on prompts x n of one request")
-    p.add_argument("--request-timeout", type=float, default=None, help="abort requests running longer (seconds)")
+    p.add_argument("--request-timeout", type=float, default=None,
+                   help="abort requests running longer (seconds; default: never)")
     p.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
                    help="seconds in-flight requests may finish after SIGTERM before they are aborted")
     p.add_argument("--watchdog-timeout", type=float, default=d.watchdog_timeout,
