@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Iterator
 
 from sprig.runtime.config import add_engine_args, config_from_args
-from sprig.runtime.errors import SprigError
+from sprig.runtime.errors import USER_ERRORS, describe
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             failure = recorded_failure()
             return status if failure is None else EXIT_FAILURE
         return int(args.func(args) or 0)
-    except (SprigError, ValueError, OSError) as e:  # the user's to fix (options, files, device): one line
-        return _fail(str(e), args.debug)
+    except USER_ERRORS as e:
+        return _fail(describe(e), args.debug)
     except KeyboardInterrupt:
         return 130
 

@@ -65,6 +65,18 @@ def test_missing_config_and_unsupported_architecture(tmp_path, tiny_paths):
     assert out.returncode == 2 and "supported: LlamaForCausalLM" in out.stderr
 
 
+@pytest.mark.parametrize("command", [
+    ["serve", "--model", "/no/such/folder", "--port", "0", "--num-threads", "1"],
+    ["serve", "--model", "/no/such/folder", "--port", "0", "--num-threads", "1", "--dp-size", "2"],
+    ["bench", "serve", "--base-url", "http://127.0.0.1:1", "--num-prompts", "1"],  # nothing listens on port 1
+])
+def test_serve_and_bench_user_errors_are_one_line_too(command):
+    out = sprig(*command)
+    assert out.returncode != 0
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("sprig: error: "), out.stderr
+    assert ("model folder not found" if command[0] == "serve" else "cannot list the models") in out.stderr
+
+
 def test_debug_shows_the_traceback_after_the_command_too(tiny_paths):
     out = sprig("generate", "--prompt", "hi", "--model", "/no/such/folder", "--debug")
     assert out.returncode == 2 and "Traceback" in out.stderr
