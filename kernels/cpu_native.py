@@ -1,11 +1,11 @@
 """Build and load sprig's C kernels for the CPU (`kernels/csrc/*.c`) with the system C compiler.
 
-The library is compiled on first use with `-O3 -march=native -fopenmp` (about a second) into
-`$SPRIG_CACHE_DIR/kernels` (default `~/.cache/sprig/kernels`), under a name that hashes the source, the flags,
-the compiler and the CPU, and loaded with ctypes. It links libgomp by soname, so inside a process that has
-imported torch it shares torch's OpenMP runtime and thread pool instead of starting a second one. When no
-compiler is found or the build fails, `native_kernels()` returns None once with a logged reason and callers keep
-the torch reference path; `SPRIG_NATIVE_KERNELS=0` forces that.
+The library is compiled on first use with `-O3 -march=native -fopenmp` (a few seconds, one process per source,
+with a progress bar on a terminal) into `$SPRIG_CACHE_DIR/kernels` (default `~/.cache/sprig/kernels`), under a
+name that hashes the source, the flags, the compiler and the CPU, and loaded with ctypes. It links libgomp by
+soname, so inside a process that has imported torch it shares torch's OpenMP runtime and thread pool instead of
+starting a second one. When no compiler is found or the build fails, `native_kernels()` returns None once with a
+logged reason and callers keep the torch reference path; `SPRIG_NATIVE_KERNELS=0` forces that.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from sprig.kernels.attention import AttentionMetadata, DecodeSplit
 from sprig.kernels.attention import decode_attention as torch_decode_attention
@@ -73,15 +75,30 @@ def _compiler() -> str | None:
     return shutil.which(cc) or shutil.which("gcc")
 
 
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
+
+
 def _build(cc: str, flags: tuple[str, ...], out: Path) -> None:
+    """Compile each source to an object (in parallel, one bar step each), then link them into `out`."""
     src_dir = Path(__file__).parent / "csrc"
     out.parent.mkdir(parents=True, exist_ok=True)
+    compile_flags = [f for f in flags if f != "-shared"]
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        objects = [str(Path(tmp) / f"{Path(s).stem}.o") for s in SOURCES]
         tmp_lib = Path(tmp) / out.name
-        cmd = [cc, *flags, *(str(src_dir / s) for s in SOURCES), "-o", str(tmp_lib), "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
+        # Shown only when stderr is a terminal (tqdm's disable=None): silent in tests and in log files.
+        with tqdm(total=len(SOURCES) + 1, desc="compiling sprig's CPU kernels (first run)", unit="step",
+                  disable=None) as bar, ThreadPoolExecutor(min(len(SOURCES), os.cpu_count() or 1)) as pool:
+            jobs = [pool.submit(_run, [cc, *compile_flags, "-c", str(src_dir / s), "-o", o])
+                    for s, o in zip(SOURCES, objects, strict=True)]
+            for job in as_completed(jobs):
+                job.result()
+                bar.update()
+            _run([cc, *flags, *objects, "-o", str(tmp_lib), "-lm"])
+            bar.update()
         os.replace(tmp_lib, out)  # atomic: concurrent builders each install a whole library
 
 

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Iterator
 
 from sprig.runtime.config import add_engine_args, config_from_args
-from sprig.runtime.errors import SprigError
+from sprig.runtime.errors import USER_ERRORS, describe
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -29,7 +29,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        unset = any(action.default is v for v in (None, False, argparse.SUPPRESS))  # `is`: a default of 0 is shown
+        if "default" in text or unset or not action.option_strings:
             return text
         return super()._get_help_string(action) or text
 
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this much probability mass")
     gen.add_argument("--top-k", type=int, default=-1, help="sample among the k most likely tokens (-1: all)")
-    gen.add_argument("--seed", type=int, default=None, help="per-request seed for reproducible sampling")
+    gen.add_argument("--seed", type=int, default=None,
+                     help="per-request seed for reproducible sampling (default: unseeded)")
     gen.add_argument("--stop", action="append", default=None, help="a stop string (repeatable)")
     gen.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
     gen.add_argument("--json", action="store_true", help="one JSON result object per prompt")
@@ -150,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             failure = recorded_failure()
             return status if failure is None else EXIT_FAILURE
         return int(args.func(args) or 0)
-    except (SprigError, ValueError, OSError) as e:  # the user's to fix (options, files, device): one line
-        return _fail(str(e), args.debug)
+    except USER_ERRORS as e:
+        return _fail(describe(e), args.debug)
     except KeyboardInterrupt:
         return 130
 

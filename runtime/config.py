@@ -130,12 +130,13 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
                         help="quantize a full-precision checkpoint's weights at load: int8 or fp8 (e4m3, per row); "
-                             "fp8 checkpoints (config.json quantization_config) load as fp8 without it")
+                             "fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
     parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
                         help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
                              "and head (about half the bytes per token)")
     parser.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
-    parser.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    parser.add_argument("--max-total-tokens", type=int, default=None,
+                        help="KV pool size in tokens (default: sized by --mem-fraction)")
     parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
                         help="fraction of free memory for the KV pool when --max-total-tokens is not given")
     parser.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
@@ -151,10 +152,14 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-mixed-chunk", action="store_true",
                         help="alternate prefill and decode steps instead of running them in one batch")
     parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"],
-                        help="kernels: triton on CUDA, sprig's C kernels on CPU when they build, else torch")
-    parser.add_argument("--context-length", type=int, default=None, help="cap below the model's own context")
-    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--random-seed", type=int, default=None, help="seed of the sampler for unseeded requests")
+                        help="kernels (default: triton on CUDA, on CPU sprig's C kernels when they build, "
+                             "else torch)")
+    parser.add_argument("--context-length", type=int, default=None,
+                        help="cap below the model's own context (default: no cap)")
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--random-seed", type=int, default=None,
+                        help="seed of the sampler for unseeded requests (default: from the OS)")
     parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
     parser.add_argument("--disable-jump-forward", action="store_true",
                         help="sample forced grammar tokens one by one instead of appending them at once")
@@ -162,9 +167,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")
     parser.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
-                        help="speculative decoding: ngram (prompt lookup) or draft (a small model)")
+                        help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
     parser.add_argument("--speculative-draft-model-path", default=None,
-                        help="checkpoint of the draft model (same tokenizer as the target)")
+                        help="checkpoint of the draft model (same tokenizer as the target; default: none)")
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=d.speculative_num_draft_tokens,
                         help="draft tokens verified per step at most")
     parser.add_argument("--speculative-ngram-min-match-window-size", type=int,

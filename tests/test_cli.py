@@ -65,6 +65,18 @@ def test_missing_config_and_unsupported_architecture(tmp_path, tiny_paths):
     assert out.returncode == 2 and "supported: LlamaForCausalLM" in out.stderr
 
 
+@pytest.mark.parametrize("command", [
+    ["serve", "--model", "/no/such/folder", "--port", "0", "--num-threads", "1"],
+    ["serve", "--model", "/no/such/folder", "--port", "0", "--num-threads", "1", "--dp-size", "2"],
+    ["bench", "serve", "--base-url", "http://127.0.0.1:1", "--num-prompts", "1"],  # nothing listens on port 1
+])
+def test_serve_and_bench_user_errors_are_one_line_too(command):
+    out = sprig(*command)
+    assert out.returncode != 0
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("sprig: error: "), out.stderr
+    assert ("model folder not found" if command[0] == "serve" else "cannot list the models") in out.stderr
+
+
 def test_debug_shows_the_traceback_after_the_command_too(tiny_paths):
     out = sprig("generate", "--prompt", "hi", "--model", "/no/such/folder", "--debug")
     assert out.returncode == 2 and "Traceback" in out.stderr
@@ -103,6 +115,13 @@ def test_every_flag_has_help_and_help_shows_defaults():
     serve = dict(parsers)["sprig serve"].format_help()
     assert "(default: 30000)" in " ".join(serve.split())  # --port
     assert "(default: 16)" in " ".join(serve.split())  # --page-size
+    # A flag that takes a value says what happens without it, argparse's way or in its own words; only those
+    # whose absence means nothing at all (no key file, no output file) or that are required stay quiet.
+    quiet = {"--api-keys", "--api-key", "--extra-body", "--output", "--stop"}
+    silent = sorted({a.option_strings[-1] for path, p in parsers for a in p._actions
+                     if a.option_strings and a.nargs != 0 and not a.required and a.option_strings[-1] not in quiet
+                     and "default" not in p._get_formatter()._get_help_string(a)})
+    assert not silent, silent
 
 
 def test_serve_help_runs_from_the_command_line():

@@ -154,6 +154,8 @@ def test_router_proxies_the_single_server_api(dp_server):
             events = [line for line in resp.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "data: [DONE]" and len(events) >= 3
         assert c.post("/flush_cache").json()["flushed"] is True
+        assert c.post("/reset_prefix_cache", params={"timeout": 5}).json()["flushed"] is True  # vLLM's name
+        assert c.get("/model_info").json() == httpx.get(f"{workers[0]}/model_info").json()
         # A shared prefix stays on one replica, so its later requests hit that replica's cache.
         system = "You are a terse assistant who answers in one word. " * 8
         metas = [c.post("/generate", json={"text": f"{system}Q{i}", "sampling_params": GREEDY}).json()["meta_info"]

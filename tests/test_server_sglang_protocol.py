@@ -1,15 +1,17 @@
 """SGLang's protocol as its clients use it, over HTTP: the extra sampling keys (`stop_regex`, `no_stop_trim`,
-`stream_interval`, `sampling_seed`, `custom_params`), /model_info, GET /flush_cache, and the incremental streaming
-mode (`--incremental-streaming-output`) with `output_token_logprobs_length`."""
+`stream_interval`, `sampling_seed`, `custom_params`), /model_info, GET /flush_cache and its `timeout` (and vLLM's
+/reset_prefix_cache), and the incremental streaming mode (`--incremental-streaming-output`) with
+`output_token_logprobs_length`."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 
 import httpx
 import pytest
-from test_server_helpers import ServerProcess, tiny_model
+from test_server_helpers import ServerProcess, tiny_model, wait_idle
 from transformers import AutoTokenizer
 
 from sprig.runtime.model.tokenizer import Tokenizer
@@ -133,6 +135,49 @@ def test_flush_cache_answers_get_and_post(http):
         resp = http.request(method, "/flush_cache")
         assert resp.status_code == 200 and resp.json()["success"] is True, (method, resp.text)
     assert http.put("/flush_cache").status_code == 405
+
+
+def test_flush_cache_waits_as_long_as_its_timeout_says(http, server):
+    """`bench_serving --flush-cache` sends SGLang's `timeout`: a busy engine is waited for, not refused."""
+    prompt = "flush " * 40
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True},
+            "stream": True}
+    started, result = threading.Event(), {}
+
+    def generate() -> None:
+        with httpx.Client(base_url=server.url, timeout=120) as c, c.stream("POST", "/generate", json=body) as resp:
+            events = (line for line in resp.iter_lines() if line.startswith("data: {"))
+            first = next(events)
+            started.set()
+            result["last"] = [first, *events][-1]
+
+    thread = threading.Thread(target=generate)
+    thread.start()
+    assert started.wait(60)
+    busy = http.post("/flush_cache")
+    assert busy.status_code == 400 and busy.json()["error"]["code"] == "cache_busy"
+    assert http.post("/flush_cache", params={"timeout": 120}).status_code == 200
+    thread.join(120)
+    assert json.loads(result["last"][6:])["meta_info"]["completion_tokens"] == 1500  # finished, not aborted
+    again = http.post("/generate", json={"text": prompt, "sampling_params": GREEDY}).json()
+    assert again["meta_info"]["cached_tokens"] == 0
+    for bad in ("-1", "soon", "inf"):
+        resp = http.post("/flush_cache", params={"timeout": bad})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "timeout", bad
+
+
+def test_reset_prefix_cache_is_vllms_name_of_flush_cache(http, server):
+    """`bench_serving --backend vllm --flush-cache` posts to /reset_prefix_cache."""
+    prompt = "reset " * 40
+    http.post("/generate", json={"text": prompt, "sampling_params": GREEDY})
+    assert http.post("/generate", json={"text": prompt, "sampling_params": GREEDY}).json()["meta_info"][
+        "cached_tokens"] > 0
+    wait_idle(server.url)
+    resp = http.post("/reset_prefix_cache")
+    assert resp.status_code == 200 and resp.json()["success"] is True
+    assert http.post("/generate", json={"text": prompt, "sampling_params": GREEDY}).json()["meta_info"][
+        "cached_tokens"] == 0
+    assert http.get("/reset_prefix_cache").status_code == 405
 
 
 # --- incremental streaming ----------------------------------------------------------------------------------------

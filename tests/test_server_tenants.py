@@ -125,10 +125,11 @@ def test_cache_namespaces_do_not_leak_prefixes_across_keys(http):
     assert native["meta_info"]["cached_tokens"] > 0  # now cached in other's own namespace
 
 
-def test_flush_cache_needs_an_admin_key(http):
-    err = assert_openai_error(http.post("/flush_cache", headers=auth("free")), 403, None, "admin_required")
+@pytest.mark.parametrize("path", ["/flush_cache", "/reset_prefix_cache"])
+def test_flush_cache_needs_an_admin_key(http, path):
+    err = assert_openai_error(http.post(path, headers=auth("free")), 403, None, "admin_required")
     assert err["type"] == "permission_error"
-    assert http.post("/flush_cache", headers=auth("admin")).status_code in (200, 400)
+    assert http.post(path, headers=auth("admin")).status_code in (200, 400)
 
 
 def test_usage_per_key_in_metrics(http):

@@ -1,19 +1,26 @@
-"""A first run that says what is happening: the start-up block of `sprig serve`, and log levels that match events
-(a clean shutdown and a replica coming back are INFO, not WARNING)."""
+"""A first run that says what is happening: the start-up block of `sprig serve`, progress bars for the first-run
+builds and weight loading (on a terminal only), and log levels that match events (a clean shutdown and a replica
+coming back are INFO, not WARNING)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from test_server_helpers import ServerProcess, tiny_model
 
+from sprig.kernels import cpu_native
+from sprig.runtime.model import loader
+from sprig.runtime.model.checkpoints import checkpoint_path
 from sprig.runtime.router.policy import PolicyConfig, Selector
 from sprig.runtime.router.workers import HealthSettings, WorkerPool
 
 LABELS = ("model", "dtype", "device", "attention backend", "threads", "KV pool", "radix cache", "grammar backend",
-          "tensor parallel", "data parallel")
+          "tensor parallel", "speculative", "data parallel")
 
 
 def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
@@ -50,3 +57,39 @@ def test_a_replica_coming_back_is_info_and_going_down_a_warning(caplog: pytest.L
     assert levels == [(logging.INFO, "worker http://a is healthy"),
                       (logging.WARNING, "worker http://a is unhealthy: connection refused"),
                       (logging.INFO, "worker http://a is healthy")]
+
+
+class Stderr(io.StringIO):
+    """A stand-in for stderr that is, or is not, a terminal."""
+
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_first_run_builds_and_loading_show_bars_on_a_terminal_only(terminal, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPRIG_CACHE_DIR", str(tmp_path))  # nothing built yet: a first run
+    monkeypatch.setattr(loader, "PROGRESS_DELAY_S", 0.0)  # the tiny model loads faster than the real delay
+    stderr = Stderr(terminal)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    path = checkpoint_path("tiny-llama")
+    lib = cpu_native.load_library() if cpu_native._compiler() else None
+    loader.load_model(path, dtype="float32")
+    monkeypatch.undo()
+    out = stderr.getvalue()
+    bars = {"building the tiny-llama checkpoint (first run)": "4/4", "loading weights": "100%"}
+    if lib is not None:
+        steps = len(cpu_native.SOURCES) + 1
+        bars["compiling sprig's CPU kernels (first run)"] = f"{steps}/{steps}"
+    for desc, done in bars.items():
+        finished = [line for line in re.split(r"[\r\n]", out) if line.startswith(desc) and done in line]
+        assert bool(finished) == terminal, (desc, out[-2000:])
+    if not terminal:
+        assert "\r" not in out, out[-2000:]
+    # The bars change nothing: the same checkpoint bytes as the one built for the other tests.
+    built = (path / "model.safetensors").read_bytes()
+    assert built == (Path(tiny_model()) / "model.safetensors").read_bytes()

@@ -69,10 +69,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="sessions per second (default inf: all at once)")
     p.add_argument("--arrival", type=Arrival, choices=[a.value for a in Arrival], default=load.arrival,
                    help="arrival process at a finite rate")
-    p.add_argument("--max-concurrency", type=int, default=None, help="bound on requests in flight")
+    p.add_argument("--max-concurrency", type=int, default=None,
+                   help="bound on requests in flight (default: no bound)")
     p.add_argument("--output", default=None, help="write the result JSON here")
     p.add_argument("--save-text", action="store_true", help="keep every output text in the JSON")
-    p.add_argument("--label", default=None, help="name of the system in the table and JSON")
+    p.add_argument("--label", default=None,
+                   help="name of the system in the table and JSON (default: the model id; offline: "
+                        "'sprig (offline)')")
     p.add_argument("--disable-progress", action="store_true", help="no progress bar")
 
 

@@ -184,8 +184,12 @@ class OpenAIBackend:
     async def resolve_model(self) -> str:
         """The `model` field: as given, else the first id of /v1/models."""
         if self.model is None:
-            resp = await self.client.get("/v1/models")
-            resp.raise_for_status()
+            try:
+                resp = await self.client.get("/v1/models")
+                resp.raise_for_status()
+            except httpx.HTTPError as e:  # the user's to fix (a wrong URL, a server not up): one line
+                raise ConnectionError(f"cannot list the models at {self.base_url}/v1/models: "
+                                      f"{str(e).splitlines()[0]}") from e
             self.model = str(resp.json()["data"][0]["id"])
         return self.model
 

@@ -13,9 +13,13 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 DATA_DIR = Path(__file__).parent / "data"
 BUILDER_VERSION = 1
@@ -160,12 +164,30 @@ def build_checkpoint(recipe: CheckpointRecipe, folder: Path) -> None:
     import torch
     import transformers
 
-    tok = train_tokenizer(recipe.tokenizer_vocab)
-    _save_tokenizer(tok, folder)
-    eos_ids = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
-    config_cls = getattr(transformers, recipe.architecture.replace("ForCausalLM", "Config"))
+    with _stage_bar(f"building the {recipe.name} checkpoint (first run)", 4) as stage:
+        stage("tokenizer")
+        tok = train_tokenizer(recipe.tokenizer_vocab)
+        _save_tokenizer(tok, folder)
+        stage("transformers import")  # most of the build: transformers imports model code lazily
+        config_cls = getattr(transformers, recipe.architecture.replace("ForCausalLM", "Config"))
+        model_cls = getattr(transformers, recipe.architecture)
+        stage("random weights")
+        eos_ids = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
+        config = config_cls(**_config_kwargs(recipe, tok.get_vocab_size(), eos_ids))
+        config.architectures = [recipe.architecture]
+        torch.manual_seed(recipe.seed)
+        model = model_cls(config)
+        _randomize_norms(model, recipe.seed)
+        stage("saving")
+        transformers.utils.logging.disable_progress_bar()  # this build's own bar says it
+        model.save_pretrained(folder, safe_serialization=True)
+        gen = transformers.GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1], bos_token_id=None)
+        gen.save_pretrained(folder)
+
+
+def _config_kwargs(recipe: CheckpointRecipe, tokenizer_size: int, eos_ids: list[int]) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
-        vocab_size=recipe.vocab_size or tok.get_vocab_size(),
+        vocab_size=recipe.vocab_size or tokenizer_size,
         hidden_size=recipe.hidden_size,
         num_hidden_layers=recipe.num_layers,
         num_attention_heads=recipe.num_heads,
@@ -183,15 +205,25 @@ def build_checkpoint(recipe: CheckpointRecipe, folder: Path) -> None:
     if recipe.architecture in ("LlamaForCausalLM", "MistralForCausalLM"):
         kwargs["attention_bias"] = recipe.attention_bias
     kwargs.update(dict(recipe.extra_config))
-    config = config_cls(**kwargs)
-    config.architectures = [recipe.architecture]
-    torch.manual_seed(recipe.seed)
-    model = getattr(transformers, recipe.architecture)(config)
-    _randomize_norms(model, recipe.seed)
-    transformers.utils.logging.disable_progress_bar()  # a one-off build needs no "writing shards" bar
-    model.save_pretrained(folder, safe_serialization=True)
-    gen = transformers.GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1], bos_token_id=None)
-    gen.save_pretrained(folder)
+    return kwargs
+
+
+@contextmanager
+def _stage_bar(desc: str, stages: int) -> Iterator[Callable[[str], None]]:
+    """A bar of `stages` steps; calling the yielded function starts the next one, named beside the bar.
+    Shown only when stderr is a terminal (tqdm's `disable=None`): silent in tests and in log files."""
+    with tqdm(total=stages, desc=desc, unit="step", disable=None) as bar:
+        started = False
+
+        def stage(name: str) -> None:
+            nonlocal started
+            if started:
+                bar.update()
+            started = True
+            bar.set_postfix_str(name)
+
+        yield stage
+        bar.update()
 
 
 def _randomize_norms(model, seed: int) -> None:

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
-PROGRESS_BAR_BYTES = 256 << 20  # only large checkpoints get a progress bar
+PROGRESS_DELAY_S = 0.5  # a load that finishes sooner never shows its progress bar
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 
 
@@ -256,7 +256,9 @@ def load_model(
     loaded: set[str] = set()
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", disable=total < PROGRESS_BAR_BYTES)
+    # On a terminal only (tqdm's disable=None), from rank 0, and for loads that take a while (`delay`).
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", delay=PROGRESS_DELAY_S,
+               disable=None if tp is None or tp.rank == 0 else True)
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:

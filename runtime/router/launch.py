@@ -11,13 +11,15 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sprig.runtime.errors import SprigError
+
 STARTUP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 READY_MARK = "sprig: serving "
 
 
-class LaunchError(RuntimeError):
-    """A replica exited or never became ready."""
+class LaunchError(SprigError, RuntimeError):
+    """A replica exited or never became ready (its own one-line error says why)."""
 
 
 @dataclass(eq=False)

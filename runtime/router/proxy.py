@@ -2,9 +2,10 @@
 
 The router speaks the same API as a single server: generation routes (`/generate`, `/v1/completions`,
 `/v1/chat/completions`) are proxied to the replica the policy picks (`policy.py`), streams pass through chunk
-by chunk; `/v1/models` and `/get_model_info` come from any healthy replica; `/flush_cache` goes to all of them;
-`/health`, `/server_info` and `/metrics` describe the router and its replicas. `Authorization` is passed through,
-so replicas started with `--api-key` keep enforcing it.
+by chunk; `/v1/models`, `/model_info` and `/get_model_info` come from any healthy replica; `/flush_cache` (and
+vLLM's `/reset_prefix_cache`) goes to all of them with its `timeout`; `/health`, `/server_info` and `/metrics`
+describe the router and its replicas. `Authorization` is passed through, so replicas started with `--api-key` keep
+enforcing it.
 
 Failures: a replica that refuses the connection never received the request, so the request goes to the next
 replica and nothing is lost; a replica that fails after the request was sent (it crashed mid-generation) makes that
@@ -96,8 +97,10 @@ class Router:
 
     def app(self) -> Starlette:
         routes = [Route(path, self.generate, methods=["POST"]) for path in GENERATION_ROUTES]
-        routes += [Route(p, self.forward_any, methods=["GET"]) for p in ("/v1/models", "/get_model_info")]
+        routes += [Route(p, self.forward_any, methods=["GET"])
+                   for p in ("/v1/models", "/model_info", "/get_model_info")]
         routes += [Route("/flush_cache", self.flush_cache, methods=["POST", "GET"]),
+                   Route("/reset_prefix_cache", self.flush_cache, methods=["POST"]),  # vLLM's name
                    Route("/health", self.health, methods=["GET"]),
                    Route("/health_generate", self.health, methods=["GET"]),
                    Route("/server_info", self.server_info, methods=["GET"]),
@@ -223,7 +226,8 @@ class Router:
         async def flush(index: int) -> tuple[str, int | str]:
             url = self.pool.workers[index].url
             try:
-                return url, (await client.post(f"{url}/flush_cache", headers=headers)).status_code
+                resp = await client.post(f"{url}/flush_cache", headers=headers, params=request.query_params)
+                return url, resp.status_code
             except httpx.HTTPError as e:
                 return url, f"{type(e).__name__}: {e}"
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from starlette.responses import Response
 
+from sprig.runtime.errors import USER_ERRORS, describe
 from sprig.runtime.server.auth import Authenticator
 from sprig.runtime.server.http_common import get_state, json_response
 from sprig.runtime.server.http_errors import APIError, ErrorType, install_error_handlers
@@ -87,14 +88,15 @@ def _on_error(state: ServerState) -> Callable[[APIError], None]:
 
 
 async def _load(state: ServerState, factory: EngineFactory, on_ready: Callable[[ServerState], None] | None,
-                on_failed: Callable[[str], None] | None) -> None:
+                on_failed: Callable[[Exception], None] | None) -> None:
     try:
         state.engine = await asyncio.to_thread(factory)
     except Exception as e:  # noqa: BLE001 - reported once, and the process exits non-zero
-        state.load_error = f"{type(e).__name__}: {e}"
-        logger.error("the model failed to load: %s", state.load_error)
-        if on_failed is not None:
-            on_failed(state.load_error)
+        state.load_error = describe(e)
+        if on_failed is None:
+            logger.error("the model failed to load: %s", state.load_error, exc_info=not isinstance(e, USER_ERRORS))
+        else:
+            on_failed(e)  # the command line says it, in one line
         return
     if on_ready is not None:
         on_ready(state)
@@ -103,7 +105,7 @@ async def _load(state: ServerState, factory: EngineFactory, on_ready: Callable[[
 def create_app(settings: ServerSettings, auth: Authenticator | None = None, engine_factory: EngineFactory | None = None,
                engine: Any = None, model_path: str | None = None,
                on_ready: Callable[[ServerState], None] | None = None,
-               on_failed: Callable[[str], None] | None = None) -> FastAPI:
+               on_failed: Callable[[Exception], None] | None = None) -> FastAPI:
     """Build the app over an engine (given, or made by `engine_factory` in a thread at startup)."""
     state = ServerState(settings, auth or Authenticator(), model_path=model_path, engine=engine)
 

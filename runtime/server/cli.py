@@ -16,12 +16,14 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from collections.abc import Generator
 from types import FrameType
 
 import uvicorn
 
 from sprig.runtime.config import EngineConfig, add_engine_args, config_from_args
+from sprig.runtime.errors import describe
 from sprig.runtime.server.auth import Authenticator, load_keys_file
 from sprig.runtime.server.state import ServerSettings, ServerState
 
@@ -47,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="queued sequences beyond this get 503 with Retry-After")
     p.add_argument("--max-sequences-per-request", type=int, default=d.max_sequences_per_request,
                    help="bound on prompts x n of one request")
-    p.add_argument("--request-timeout", type=float, default=None, help="abort requests running longer (seconds)")
+    p.add_argument("--request-timeout", type=float, default=None,
+                   help="abort requests running longer (seconds; default: never)")
     p.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
                    help="seconds in-flight requests may finish after SIGTERM before they are aborted")
     p.add_argument("--watchdog-timeout", type=float, default=d.watchdog_timeout,
@@ -152,8 +155,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         title = f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)"  # first: the router reads it
         print(format_block(title, facts), file=sys.stderr, flush=True)
 
-    def on_failed(message: str) -> None:
-        print(f"sprig: error: the model failed to load: {message}", file=sys.stderr, flush=True)
+    def on_failed(error: Exception) -> None:
+        if args.debug:
+            traceback.print_exception(error)
+        print(f"sprig: error: the model failed to load: {describe(error)}", file=sys.stderr, flush=True)
         status["code"] = EXIT_FAILURE
         if server is not None:
             server.should_exit = True

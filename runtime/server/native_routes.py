@@ -1,5 +1,5 @@
 """Native routes compatible with SGLang's frontend protocol: /generate, /model_info (and its old name
-/get_model_info), /server_info, /flush_cache (GET or POST).
+/get_model_info), /server_info, /flush_cache (GET or POST; vLLM's POST /reset_prefix_cache does the same).
 
 `/generate` takes `text` or `input_ids` (one or a batch), `sampling_params` as in `Engine.generate` (one dict or
 one per prompt; ``null`` values mean the default, as in SGLang), `return_logprob`, `logprob_start_len`,
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -54,6 +56,7 @@ logger = logging.getLogger(__name__)
 NATIVE_PARAMS = {"prompt": "text"}
 _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
+FLUSH_POLL_S = 0.05  # how often a flush with a timeout asks the engine again
 
 
 class GenerateRequest(StrictModel):
@@ -228,16 +231,40 @@ def native_router() -> APIRouter:
 
     @router.api_route("/flush_cache", methods=["GET", "POST"], response_model=None)
     async def flush_cache(request: Request) -> Response:
-        """Empty the prefix cache (admin keys only); 400 while requests are running."""
-        state = get_state(request)
-        engine = state.ready_engine()
-        if not tenant_of(request).admin:
-            raise forbidden("flushing the cache needs an admin API key")
-        if not await asyncio.to_thread(engine.flush_cache):
-            raise bad_request("the cache was not flushed: requests are running", None, "cache_busy")
-        return json_response({"success": True, "message": "cache flushed"})
+        """Empty the prefix cache (admin keys only). While requests are running it answers 400, at once or,
+        with SGLang's `timeout` query parameter (seconds), once that long has passed without the engine idling."""
+        return await _flush(request)
+
+    @router.post("/reset_prefix_cache", response_model=None)
+    async def reset_prefix_cache(request: Request) -> Response:
+        """vLLM's name of /flush_cache (what `sglang.bench_serving --backend vllm --flush-cache` calls)."""
+        return await _flush(request)
 
     return router
+
+
+async def _flush(request: Request) -> Response:
+    state = get_state(request)
+    engine = state.ready_engine()
+    if not tenant_of(request).admin:
+        raise forbidden("flushing the cache needs an admin API key")
+    deadline = time.monotonic() + _flush_timeout(request)
+    while not await asyncio.to_thread(engine.flush_cache):
+        if state.draining or time.monotonic() >= deadline:
+            raise bad_request("the cache was not flushed: requests are running", None, "cache_busy")
+        await asyncio.sleep(FLUSH_POLL_S)
+    return json_response({"success": True, "message": "cache flushed"})
+
+
+def _flush_timeout(request: Request) -> float:
+    raw = request.query_params.get("timeout", "0")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise bad_request(f"timeout must be a number of seconds >= 0, got {raw!r}", "timeout")
+    return seconds
 
 
 def _model_info(state: ServerState) -> dict[str, Any]:
