@@ -34,12 +34,21 @@ class Compiled:
     shared_bytes: int
 
 
+# KV_KIND (kernels/triton_kv_quant.py) -> the pool's code and scale pointer types (model dtype: the cache's own)
+_KV_POINTERS = {3: ("i8", "i16"), 4: ("u8", "i16"), 5: ("u8", "i16")}
+
+
 def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
     """Triton type strings for `fn`'s arguments: pointers by name, the rest i32 or fp32."""
     sig = {}
+    codes, scales = _KV_POINTERS.get(constexprs.get("KV_KIND", 0), (dtype, dtype))
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name in ("kc_ptr", "vc_ptr"):
+            sig[name] = f"*{codes}"
+        elif name in ("ks_ptr", "vs_ptr"):
+            sig[name] = f"*{scales}"
         elif name in _PTR_ARGS_FP32:
             sig[name] = "*fp32"
         elif name in _PTR_ARGS_I64:
@@ -54,7 +63,16 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
 
 
 def _configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
-    """(kernel, constexprs, num_warps) for every kernel as the wrappers launch it."""
+    """(kernel, constexprs, num_warps) for every kernel as the wrappers launch it: the attention kernels over a
+    pool in the model dtype and over int8 and fp8 codes."""
+    plain = _plain_configs(dtype, head_dim)
+    quantized = [(fn, dict(c, KV_KIND=kind, **({"QMAX": qmax} if "QMAX" in c else {})), w)
+                 for kind, qmax in ((3, 127.0), (4, 448.0), (5, 57344.0))
+                 for fn, c, w in plain if "KV_KIND" in c]
+    return plain + quantized
+
+
+def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
     import triton.language as tl
 
     from sprig.kernels import triton_activation, triton_attention, triton_bitmask, triton_norm, triton_rope
@@ -62,12 +80,12 @@ def _configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
     tl_dtype = {"fp16": tl.float16, "bf16": tl.bfloat16, "fp32": tl.float32}[dtype]
     prec = "ieee" if dtype == "fp32" else "tf32"
     block_n, warps = (32, 8) if dtype == "fp32" or head_dim > 128 else (64, 4)
-    attn = dict(PAGE_SIZE=16, BLOCK_D=head_dim, DOT_PRECISION=prec)
+    attn = dict(PAGE_SIZE=16, BLOCK_D=head_dim, DOT_PRECISION=prec, KV_KIND=0)
     return [
         (triton_attention._decode_split_kernel, dict(attn, NUM_SPLITS=8, BLOCK_G=16, BLOCK_N=64), 4),
         (triton_attention._decode_reduce_kernel, dict(NUM_SPLITS=8, BLOCK_S=8, BLOCK_D=head_dim), 1),
         (triton_attention._extend_kernel, dict(attn, BLOCK_M=64, BLOCK_N=block_n), warps),
-        (triton_attention._store_kv_kernel, dict(BLOCK_H=8, BLOCK_D=head_dim), 4),
+        (triton_attention._store_kv_kernel, dict(BLOCK_H=8, BLOCK_D=head_dim, KV_KIND=0, QMAX=1.0), 4),
         (
             triton_norm._rms_norm_kernel,
             dict(FUSE_ADD=True, IN_DTYPE=tl_dtype, OUT_DTYPE=tl_dtype, BLOCK=8192),
@@ -98,7 +116,8 @@ def compile_all(arch: int, dtypes: tuple[str, ...] = ("fp16", "fp32"), head_dim:
             src = ASTSource(fn, _signature(fn, dtype, constexprs), constexprs=constexprs)
             kernel = triton.compile(src, target=target, options={"num_warps": warps, "num_stages": 2})
             shared = int(kernel.metadata.shared)
-            config = f"{dtype} D={head_dim} warps={warps}"
+            kind = constexprs.get("KV_KIND", 0)
+            config = f"{dtype} D={head_dim} warps={warps}" + (f" kv_kind={kind}" if kind else "")
             if shared > SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values())):
                 raise RuntimeError(f"{fn.__name__} {config} needs {shared} B of shared memory on sm_{arch}")
             results.append(Compiled(fn.__name__, config, shared))

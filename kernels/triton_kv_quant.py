@@ -71,6 +71,7 @@ def load_kv(head_ptr, scale_head_ptr, rows, row_stride, scale_stride, d, mask, r
         else:  # e4m3's exponent and mantissa 8 bits down in an fp16: 2^-8 times the value
             bits = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
             x = bits.to(tl.float16, bitcast=True).to(tl.float32) * 256.0
-    scale = tl.load(scale_head_ptr + rows * scale_stride, mask=row_ok, other=0)
+    scale = tl.load(scale_head_ptr + rows * scale_stride, mask=row_ok, other=0).to(tl.int16)  # why: `other`
+    # may widen the compiled load to i32 (the interpreter keeps i16); the value is the same
     scale = (scale.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     return (x * scale[:, None]).to(OUT_DTYPE)
