@@ -46,16 +46,6 @@ class JumpForward:
     text: str
 
 
-def fill_bitmask_rows(matchers: list[Any], bitmask: torch.Tensor) -> None:
-    """Fill `bitmask[i]` for every matcher that is not None, grouped by backend (see `fill_rows`)."""
-    groups: dict[type[GrammarMatcher], list[tuple[Any, int]]] = {}
-    for row, matcher in enumerate(matchers):
-        if matcher is not None:
-            groups.setdefault(type(matcher), []).append((matcher, row))
-    for kind, rows in groups.items():
-        kind.fill_rows(rows, bitmask)
-
-
 class GrammarMatcher:
     """The state of one request inside a compiled grammar.
 
@@ -102,12 +92,6 @@ class GrammarMatcher:
         self._scan = labels.StringScan()
 
     # ---- masks ----
-    @classmethod
-    def fill_rows(cls, rows: list[tuple[Any, int]], bitmask: torch.Tensor) -> None:
-        """`fill_bitmask` of each (matcher, row) pair; a backend may do it in one native call."""
-        for matcher, row in rows:
-            matcher.fill_bitmask(bitmask, row)
-
     def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
         """Write the allowed tokens of the current state into `bitmask[row]` (CPU, int32, contiguous)."""
         if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():

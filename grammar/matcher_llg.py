@@ -74,25 +74,6 @@ class LlgMatcher(GrammarMatcher):
         if self._labels is not None:
             self._labels.restrict(target, self._scan, self._info.token_bytes)
 
-    @classmethod
-    def fill_rows(cls, rows: list[tuple[LlgMatcher, int]], bitmask: torch.Tensor) -> None:
-        """`fill_bitmask` for many matchers: every live row in one native call that holds no GIL, so a mask
-        thread does not trade the GIL with the forward once per row."""
-        if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
-            raise ValueError("bitmask must be a contiguous CPU int32 tensor")
-        live = []
-        for m, row in rows:
-            if m._terminated or m._m.is_error():
-                m.fill_bitmask(bitmask, row)
-            else:
-                live.append((m, row))
-        if live:
-            _executor().unsafe_compute_mask_ptr([(m._m, row) for m, row in live], bitmask.data_ptr(),
-                                                bitmask.shape[1] * 4, bitmask.shape[0])
-        for m, row in live:
-            if m._labels is not None:
-                m._labels.restrict(bitmask[row], m._scan, m._info.token_bytes)
-
     def allowed_tokens(self) -> list[int]:
         row = torch.zeros((1, (self._info.vocab_size + 31) // 32), dtype=torch.int32)
         self.fill_bitmask(row, 0)
@@ -145,15 +126,3 @@ class LlgMatcher(GrammarMatcher):
         if rollback and not probe.rollback(rollback):
             return False
         return bool(probe.validate_tokens(ids) == len(ids))
-
-
-_EXECUTOR: list[Any] = []
-
-
-def _executor() -> Any:
-    """llguidance's batch mask executor with one thread (the forward has the other cores)."""
-    if not _EXECUTOR:
-        import llguidance
-
-        _EXECUTOR.append(llguidance.LLExecutor(num_threads=1))
-    return _EXECUTOR[0]

@@ -54,7 +54,7 @@ class EngineCounters:
 
 @dataclass(frozen=True)
 class _PendingMasks:
-    """The bitmask being filled for `reqs` while the forward runs."""
+    """The bitmask being filled for `reqs` while the forward runs (or, with no future, filled when taken)."""
 
     reqs: list[Request]
     future: Future | None
@@ -120,7 +120,7 @@ class EngineCore:
         )
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
-        self.masks = MaskFiller()
+        self.masks = MaskFiller(overlap=torch.device(config.device).type == "cuda")
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
