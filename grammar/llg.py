@@ -9,6 +9,7 @@ compile time does not grow with states × vocabulary the way the eager outlines-
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -174,6 +175,13 @@ class _Wrapper:
 
     def __call__(self, text: bytes | str) -> list[int]:
         data = text.encode("utf-8") if isinstance(text, str) else text
+        return list(self._tokenize(data))
+
+    @functools.lru_cache(maxsize=8192)  # noqa: B019  # why: llguidance re-tokenizes the same lexeme text while masking
+    def _tokenize(self, data: bytes) -> tuple[int, ...]:
+        return tuple(self._encode(data))
+
+    def _encode(self, data: bytes) -> list[int]:
         if self._tokenizer is not None:
             try:
                 return list(self._tokenizer.encode(data.decode("utf-8"), add_special_tokens=False).ids)
