@@ -37,3 +37,16 @@ def compiler(info):
 
     with GrammarCompiler(info, max_workers=1, isolate=False) as comp:
         yield comp
+
+
+@pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen2"])
+def reference(request, tiny_paths):
+    """(checkpoint, 64 prompt ids, fp32 transformers logits [64, V]): what reduced-precision paths are held to."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_paths[request.param]
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.randint(3, 2000, (1, 64), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        return path, ids[0].tolist(), hf(ids).logits[0]

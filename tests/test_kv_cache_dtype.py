@@ -20,7 +20,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from sprig.kernels import attention as ref
 from sprig.kernels import cpu_elementwise, cpu_native
@@ -188,15 +187,6 @@ def test_kv_cache_dtype_names_and_errors():
 
 
 # --------------------------------------------------------------------------------------------- accuracy
-
-
-@pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen2"])
-def reference(request, tiny_paths):
-    path = tiny_paths[request.param]
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = torch.randint(3, 2000, (1, 64), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        return path, ids[0].tolist(), hf(ids).logits[0]
 
 
 def _logits(path, ids: list[int], dtype: str, kv: str, prefill: int = 16) -> torch.Tensor:

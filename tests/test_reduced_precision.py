@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from sprig.runtime.model.decoder import can_pack_for_onednn
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
@@ -22,15 +21,6 @@ CASES = [  # dtype, quantization, max relative error, min top-1 agreement
     ("float32", "int8", 0.12, 0.85),
     ("bfloat16", "int8", 0.13, 0.85),
 ]
-
-
-@pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen2"])
-def reference(request, tiny_paths):
-    path = tiny_paths[request.param]
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = torch.randint(3, 2000, (1, 64), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        return path, ids[0].tolist(), hf(ids).logits[0]
 
 
 def sprig_logits(path, ids: list[int], dtype: str, quantization: str | None) -> torch.Tensor:
