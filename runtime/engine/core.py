@@ -177,7 +177,7 @@ class EngineCore:
         drafts = self._propose(plan)
         seqs = [self._seq_input(s, drafts.get(s.req)) for s in plan]
         sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
-        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # runs beside the forward
+        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # on CUDA beside the forward; on CPU filled when taken
         t1 = time.perf_counter()
         out = self.runner.forward(seqs)
         self.counters.model_time += time.perf_counter() - t1
