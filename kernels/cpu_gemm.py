@@ -1,48 +1,111 @@
-"""bf16 linear layers on Intel AMX through sprig's C kernel (`kernels/csrc/amx_gemm.c`).
+"""bf16 linear layers through sprig's C kernels: AMX tiles (`kernels/csrc/amx_gemm.c`) or vector units
+(`kernels/csrc/vec_gemm.c`: AVX512_BF16, AVX-512F, AVX2 + FMA, or portable C).
 
-The weight is re-laid out once (`amx_pack`) into the tile order the kernel reads; `amx_linear` then computes
-x @ w.T (+ bias) with fp32 accumulation and bf16 output, like `F.linear` in bf16.
+Both read the weight re-laid out once at load (`vnni_pack`) and compute x @ w.T (+ bias) with fp32 accumulation
+and bf16 output, like `F.linear` in bf16. The vector kernel picks its code path by `vec_isa()`: the best this
+machine and build offer, capped by `SPRIG_CPU_ISA` (`avx512_bf16`, `avx512`, `avx2` or `portable`) so that the
+fallbacks run and are tested on any x86 machine; `SPRIG_CPU_ISA=none` leaves the linears to oneDNN.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+from enum import IntEnum
 
 import torch
 
 from sprig.kernels.cpu_native import amx_enabled, native_kernels
 
-TILE_K = 32  # input features per tile row pair block
-PANEL_N = 32  # output columns per work item
+PANEL = 16  # output columns per packed panel
+TILE_K = 32  # input features per AMX tile row
+AMX_PANEL_N = 32  # output columns per AMX work item
+
+
+class VecIsa(IntEnum):
+    """The code paths of `vec_gemm.c`, each usable where the ones above it are not."""
+
+    PORTABLE = 0
+    AVX2 = 1
+    AVX512 = 2
+    AVX512_BF16 = 3
+
+
+def vnni_pack(weight: torch.Tensor) -> torch.Tensor:
+    """[N, K] bf16 → [N/16, K/2, 16, 2]: per 16 output columns (a panel) and per pair of inputs, the 16 columns'
+    pairs side by side; a 64-byte line per pair, the order VDPBF16PS and AMX B tiles read."""
+    n, k = weight.shape
+    return weight.view(n // PANEL, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+
+
+def _packed_shape(packed: torch.Tensor) -> tuple[int, int]:
+    return packed.shape[0] * PANEL, packed.shape[1] * 2
+
+
+def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, *extra: int) -> torch.Tensor:
+    n, k = _packed_shape(packed)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k).contiguous()
+    out = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
+    if x2.shape[0] == 0:
+        return out.view(*lead, n)
+    status = kernel(x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.contiguous().data_ptr(),
+                    out.data_ptr(), x2.shape[0], n, k, *extra, torch.get_num_threads())
+    if status != 0:
+        raise RuntimeError(f"{kernel.__name__} refused a [{x2.shape[0]}, {k}] x [{n}, {k}] product (status {status})")
+    return out.view(*lead, n)
 
 
 def amx_supports(weight: torch.Tensor) -> bool:
     """Whether `amx_linear` should take this [out, in] weight: bf16 on the CPU, both sizes multiples of 32, AMX
     enabled."""
     n, k = weight.shape
-    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % PANEL_N == 0
+    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % AMX_PANEL_N == 0
             and k % TILE_K == 0 and amx_enabled())
 
 
-def amx_pack(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] bf16 → [N/16, K/32, 16, 16, 2]: per 16 output columns and 32 inputs, the pairs (k even, k odd) of
-    each column side by side, the VNNI order of an AMX B tile."""
-    n, k = weight.shape
-    return weight.view(n // 16, 16, k // TILE_K, 16, 2).permute(0, 2, 3, 1, 4).contiguous()
-
-
 def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] bf16 times the packed [N, K] weight (+ bias [N]) → [..., N] bf16."""
-    n = packed.shape[0] * 16
-    k = packed.shape[1] * TILE_K
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k).contiguous()
-    out = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
-    if x2.shape[0] == 0:
-        return out.view(*lead, n)
+    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on AMX tiles."""
     lib = native_kernels()
     assert lib is not None  # amx_supports checked that AMX (so the library) is there
-    status = lib.amx_linear_bf16(
-        x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.contiguous().data_ptr(), out.data_ptr(),
-        x2.shape[0], n, k, torch.get_num_threads())
-    if status != 0:
-        raise RuntimeError(f"AMX linear refused a [{x2.shape[0]}, {k}] x [{n}, {k}] product (status {status})")
-    return out.view(*lead, n)
+    return _call(lib.amx_linear_bf16, x, packed, bias)
+
+
+@functools.cache
+def _vec_isa(cap: str | None) -> VecIsa | None:
+    lib = native_kernels()
+    if lib is None:
+        return None
+    best = VecIsa(lib.vec_gemm_best_isa())
+    if cap is None:
+        return best
+    names = {isa.name.lower(): isa for isa in VecIsa}
+    if cap.lower() == "none":
+        return None
+    if cap.lower() not in names:
+        raise ValueError(f"SPRIG_CPU_ISA={cap!r} is not one of {', '.join([*names, 'none'])}")
+    return min(best, names[cap.lower()])
+
+
+def vec_isa() -> VecIsa | None:
+    """The code path `vec_linear` takes here: the best of this build, capped by SPRIG_CPU_ISA (read on every call,
+    so tests can set it); None without the C kernels or with SPRIG_CPU_ISA=none."""
+    return _vec_isa(os.environ.get("SPRIG_CPU_ISA") or None)
+
+
+def vec_supports(weight: torch.Tensor) -> bool:
+    """Whether `vec_linear` can take this [out, in] weight: bf16 on the CPU, whole 16-column panels, an even
+    number of inputs, the C kernels built."""
+    n, k = weight.shape
+    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % PANEL == 0 and k % 2 == 0
+            and vec_isa() is not None)
+
+
+def vec_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+               isa: VecIsa | None = None) -> torch.Tensor:
+    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on vector units
+    (`isa` defaults to `vec_isa()`)."""
+    lib = native_kernels()
+    chosen = vec_isa() if isa is None else isa
+    assert lib is not None and chosen is not None  # vec_supports checked that the library is there
+    return _call(lib.vec_linear_bf16, x, packed, bias, int(chosen))

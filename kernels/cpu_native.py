@@ -53,6 +53,8 @@ SIGNATURES: dict[str, list] = {
     "apply_token_bitmask": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int],
     "amx_gemm_available": [],
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
+    "vec_gemm_best_isa": [],
+    "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
 }
 
 

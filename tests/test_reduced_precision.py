@@ -52,7 +52,8 @@ def test_onednn_packed_linears_change_nothing_but_speed(reference, dtype, monkey
     path, ids, _ = reference
     if not can_pack_for_onednn(getattr(torch, dtype), "cpu"):
         pytest.skip(f"this CPU's oneDNN has no {dtype} matmul to pack for")
-    monkeypatch.setenv("SPRIG_AMX", "0")  # bf16 would take sprig's AMX kernel (tests/test_cpu_gemm.py)
+    monkeypatch.setenv("SPRIG_AMX", "0")  # bf16 would take sprig's AMX or vector kernel (tests/test_cpu_gemm.py)
+    monkeypatch.setenv("SPRIG_CPU_ISA", "none")
     assert load_model(path, dtype).layers[0].mlp.down_proj.packed is not None
     packed_logits = sprig_logits(path, ids, dtype, None)
     monkeypatch.setenv("SPRIG_ONEDNN_PACK", "0")

@@ -49,17 +49,22 @@ class Engine:
 
     def __init__(self, model_path: str | None = None, **options: Any) -> None:
         self.config = EngineConfig.from_options(model_path, options)
-        self.core = EngineCore(self.config)
-        self.tokenizer = self.core.tokenizer
-        self.model_config = self.core.model_config
         self._inbox: deque[Callable[[], None]] = deque()
         self._cv = threading.Condition()
         self._stopping = False
         self._ids = itertools.count()
         self.loop_error: str | None = None
         self.last_heartbeat = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="sprig-engine", daemon=True)
+        built: Future[EngineCore] = Future()
+        # The loop thread builds the core too: it is then the process's only OpenMP master. A second thread's
+        # pool of workers makes libgomp count more threads than cores, and it then stops spinning between parallel
+        # regions (every kernel wakes its workers through the OS): measured 2x slower decode on two cores.
+        self._thread = threading.Thread(target=self._build_and_loop, args=(built,), name="sprig-engine",
+                                        daemon=True)
         self._thread.start()
+        self.core = built.result()  # re-raises a load error (a CheckpointError) here, in the caller's thread
+        self.tokenizer = self.core.tokenizer
+        self.model_config = self.core.model_config
 
     # --- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Engine:
@@ -84,6 +89,15 @@ class Engine:
     @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.loop_error is None
+
+    def _build_and_loop(self, built: Future[EngineCore]) -> None:
+        try:
+            self.core = EngineCore(self.config)
+        except BaseException as e:  # handed to the constructor, which raises it
+            built.set_exception(e)
+            return
+        built.set_result(self.core)
+        self._loop()
 
     def _loop(self) -> None:
         try:

@@ -32,6 +32,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("dtype", f"{str(core.model.dtype).removeprefix('torch.')} (--dtype {cfg.dtype}), quantization {quant}"),
         ("device", cfg.device),
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),
+        ("linear kernels", core.model.linear_kernels),
         ("threads", threads),
         ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),

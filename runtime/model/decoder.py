@@ -7,6 +7,7 @@ gate/up projections are fused (one matmul each) and filled slice by slice from t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,15 @@ from torch import nn
 
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
-from sprig.kernels.cpu_gemm import amx_linear, amx_pack
+from sprig.kernels.cpu_gemm import (
+    VecIsa,
+    amx_linear,
+    amx_supports,
+    vec_isa,
+    vec_linear,
+    vec_supports,
+    vnni_pack,
+)
 from sprig.runtime.model.config import ModelConfig
 from sprig.runtime.model.parallel import TPContext, local_config, shard_plan
 from sprig.runtime.model.rope import rope_cos_sin_cache
@@ -31,6 +40,15 @@ class ForwardBatch:
     logits_rows: torch.Tensor  # int64 [R]: rows whose next-token logits are wanted
 
 
+class LinearKernel(Enum):
+    """Which implementation a `Linear` runs: chosen once at load, for the machine (`Linear.pack_for_cpu`)."""
+
+    TORCH = "torch"  # F.linear on the plain weight
+    ONEDNN = "onednn"  # oneDNN on its blocked layout
+    AMX = "amx"  # sprig's AMX tile kernel
+    VEC = "vec"  # sprig's vector kernel (AVX512_BF16 / AVX-512 / AVX2 / portable C)
+
+
 class Linear(nn.Module):
     """y = x W^T (+ b), weight [out, in] in the model dtype."""
 
@@ -38,15 +56,32 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
+        self.kernel = LinearKernel.TORCH
+        self.isa: VecIsa | None = None  # the vector kernel's code path, with LinearKernel.VEC
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
-        self.register_buffer("amx", None, persistent=False)  # the weight in AMX tile order, see pack_for_amx
+        self.register_buffer("vnni", None, persistent=False)  # the weight in VNNI pair order, see pack_for_cpu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.amx is not None:
-            return amx_linear(x, self.amx, self.bias)
+        if self.vnni is not None:
+            if self.kernel is LinearKernel.AMX:
+                return amx_linear(x, self.vnni, self.bias)
+            return vec_linear(x, self.vnni, self.bias, self.isa)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
+
+    def pack_for_cpu(self) -> LinearKernel:
+        """Re-lay the weight out for sprig's CPU kernel where one takes it: the AMX kernel on CPUs with AMX
+        (oneDNN is slow on this model family's shapes, see `kernels/csrc/amx_gemm.c`), else the vector kernel
+        (at decode sizes it streams the weight 1.5-2x faster than oneDNN, see `kernels/csrc/vec_gemm.c`).
+        Returns the kernel chosen: TORCH when neither takes the weight (bf16 only, whole 16-column panels)."""
+        weight = self.weight.detach()
+        if amx_supports(weight) or vec_supports(weight):
+            self.kernel = LinearKernel.AMX if amx_supports(weight) else LinearKernel.VEC
+            self.isa = vec_isa() if self.kernel is LinearKernel.VEC else None
+            self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
+            self._drop_plain_weight()
+        return self.kernel
 
     def pack_for_onednn(self) -> None:
         """Hold the weight only in oneDNN's blocked layout, which its AMX/AVX-512 kernels read as is.
@@ -55,12 +90,7 @@ class Linear(nn.Module):
         runs 1.3-1.4x faster, bit-identical. The plain weight is dropped (to a meta tensor that keeps its shape).
         """
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), batch_size=64)
-        self._drop_plain_weight()
-
-    def pack_for_amx(self) -> None:
-        """Hold the weight only in the tile order of sprig's AMX kernel (`kernels/cpu_gemm.py`), bf16 on CPUs
-        with AMX: it avoids oneDNN's slow cases on this model family's shapes (see `kernels/csrc/amx_gemm.c`)."""
-        self.amx = amx_pack(self.weight.detach())  # a buffer: the loader moves all of them onto huge pages
+        self.kernel = LinearKernel.ONEDNN
         self._drop_plain_weight()
 
     def _drop_plain_weight(self) -> None:
@@ -198,6 +228,7 @@ class CausalLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
         vocab_rows = self.plan.vocab_rows
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, vocab_rows, False, dtype)
+        self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,10 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
-from sprig.kernels.cpu_gemm import amx_supports
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
 from sprig.runtime.model.config import ModelConfig, load_model_config
-from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, can_pack_for_onednn
+from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
 from sprig.runtime.model.parallel import TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -288,21 +288,37 @@ def load_model(
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
             _pack_linear(m)
-        host_memory.pack_parameters(nn.ModuleList(linears))  # AMX-packed weights and biases: one huge-page buffer
+        host_memory.pack_parameters(nn.ModuleList(linears))  # re-laid-out weights and biases: one huge-page buffer
+    model.linear_kernels = _describe_linears(model)
     model.eval()
     return model
 
 
 def _pack_linear(linear: Linear) -> None:
-    """bf16 on AMX through sprig's kernel where the shape allows (SPRIG_AMX=0: never), else oneDNN's layout."""
-    if amx_supports(linear.weight):
-        linear.pack_for_amx()
-    else:
+    """sprig's AMX or vector kernel where the shape allows, else oneDNN's layout where its build has kernels for
+    the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
+    if linear.pack_for_cpu() is LinearKernel.TORCH and can_pack_for_onednn(linear.weight.dtype, "cpu") and (
+            os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"):
         linear.pack_for_onednn()
 
 
+def _linear_label(module: nn.Module) -> str | None:
+    if isinstance(module, Linear):
+        return module.kernel.value + ("" if module.isa is None else f" ({module.isa.name.lower()})")
+    if isinstance(module, Int8Linear):
+        return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
+    return "fp8" if isinstance(module, Fp8Linear) else None
+
+
+def _describe_linears(model: CausalLM) -> str:
+    """For the start-up log: "vec (avx512_bf16) x 49", or each kernel with its count when they differ."""
+    labels = Counter(label for m in model.modules() if (label := _linear_label(m)) is not None)
+    return ", ".join(f"{name} x {count}" for name, count in labels.most_common()) or "none"
+
+
 def _packs_linears(model: CausalLM, device: str) -> bool:
-    return can_pack_for_onednn(model.dtype, device) and os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"
+    """Linears of a CPU model in bf16 / fp16 are re-laid out after loading (fp32 ones stay on F.linear)."""
+    return torch.device(device).type == "cpu" and model.dtype in (torch.bfloat16, torch.float16)
 
 
 def _short_list(names: list[str], limit: int = 8) -> str:
