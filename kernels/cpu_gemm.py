@@ -38,22 +38,19 @@ def vnni_pack(weight: torch.Tensor) -> torch.Tensor:
     return weight.view(n // PANEL, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
 
 
-def _packed_shape(packed: torch.Tensor) -> tuple[int, int]:
-    return packed.shape[0] * PANEL, packed.shape[1] * 2
-
-
 def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, *extra: int) -> torch.Tensor:
-    n, k = _packed_shape(packed)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k).contiguous()
-    out = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
-    if x2.shape[0] == 0:
-        return out.view(*lead, n)
-    status = kernel(x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.contiguous().data_ptr(),
-                    out.data_ptr(), x2.shape[0], n, k, *extra, torch.get_num_threads())
+    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
+    # At decode sizes this wrapper costs as much as a small layer's kernel: no view or copy unless needed.
+    x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
+    m = x2.shape[0]
+    out = torch.empty((m, n), dtype=torch.bfloat16)
+    if m == 0:
+        return out.view(*x.shape[:-1], n)
+    status = kernel(x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(), m, n,
+                    k, *extra, torch.get_num_threads())
     if status != 0:
-        raise RuntimeError(f"{kernel.__name__} refused a [{x2.shape[0]}, {k}] x [{n}, {k}] product (status {status})")
-    return out.view(*lead, n)
+        raise RuntimeError(f"{kernel.__name__} refused a [{m}, {k}] x [{n}, {k}] product (status {status})")
+    return out if x2 is x else out.view(*x.shape[:-1], n)
 
 
 def amx_supports(weight: torch.Tensor) -> bool:

@@ -39,10 +39,22 @@ int vec_gemm_best_isa(void) {
 #endif
 }
 
-/* Round fp32 sums (+ bias) to bf16 and store `n` of them (scalar: the vector paths call it per row too). */
-static inline void store_sums(uint16_t *dst, const float *sums, const uint16_t *bias, int n) {
-    for (int i = 0; i < n; i++)
+/* Round a panel's 16 fp32 sums (+ bias) to bf16 (nearest even, NaN as torch writes it) and store them. */
+static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t *bias) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    __m512 f = _mm512_loadu_ps(sums);
+    if (bias)
+        f = _mm512_add_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)bias)), 16)));
+    const __m512i u = _mm512_castps_si512(f);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(r));
+#else
+    for (int i = 0; i < PANEL; i++)
         dst[i] = float_to_bf16(sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f));
+#endif
 }
 
 /* ---- portable C: the reference the vector paths are tested against, and the path on other CPUs ---- */
@@ -214,8 +226,8 @@ int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
             group_pass(isa, a + r * k, k, rows, w, np, sums);
             for (int i = 0; i < rows; i++)
                 for (int p = 0; p < np; p++)
-                    store_sums(out + (r + i) * n + (p0 + p) * PANEL, sums + (i * GROUP + p) * PANEL,
-                               bias ? bias + (p0 + p) * PANEL : NULL, PANEL);
+                    store_panel(out + (r + i) * n + (p0 + p) * PANEL, sums + (i * GROUP + p) * PANEL,
+                                bias ? bias + (p0 + p) * PANEL : NULL);
         }
     }
     return 0;
