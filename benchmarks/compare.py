@@ -1,11 +1,15 @@
-"""One workload, several systems, one run: sprig vs llama.cpp's llama-server vs transformers, radix cache on/off.
+"""One workload, several systems, one run: sprig vs llama.cpp's llama-server vs transformers, radix cache on/off,
+and (with --systems) int8 sprig vs a Q8_0 llama-server.
 
     python benchmarks/compare.py                      # the full report in benchmarks/report/ (see README.md)
-    python benchmarks/compare.py --workloads random --systems sprig llama.cpp --rounds 1 --num-prompts 16
+    python benchmarks/compare.py --workloads random batch1 --systems sprig llama.cpp --rounds 1 --mode alone
+    python benchmarks/compare.py --systems sprig-int8 llama.cpp-q8_0 --workloads batch1 random
     python benchmarks/compare.py --report-only        # redraw plots and report.md from compare.json
 
-Each round builds fresh prompts (seed + round) and runs them on every system in turn, alternating the order from
-round to round, so slow drifts in machine load hit every system alike. Servers stay up, idle, between runs.
+--mode alone runs one system at a time, every other one stopped (a warm-up round, then the measured rounds);
+--mode alternating starts every system at once and runs each round on every system in turn, alternating the order
+from round to round, so slow drifts in machine load hit every system alike; --mode both (the default) runs alone,
+then alternating, and reports the two side by side. Every round, warm-ups included, sends fresh prompts.
 Systems that cannot run here (llama-server not installed) are skipped with the reason in the report.
 """
 
@@ -13,24 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sprig.runtime.bench.cli import BenchResult
-from sprig.runtime.bench.client import Arrival, LoadSpec
-from sprig.runtime.bench.datasets import DatasetKind, WorkloadSpec, build_workload
-from sprig.runtime.bench.metrics import format_summary, load_average
-from sprig.runtime.bench.report import TARGETS, medians, ratio, render
-from sprig.runtime.bench.systems import Setup, System, SystemKind, SystemUnavailable, make_system
+from sprig.runtime.bench.datasets import DatasetKind, WorkloadSpec
+from sprig.runtime.bench.machine import machine_facts
+from sprig.runtime.bench.metrics import load_average
+from sprig.runtime.bench.report import TARGETS, medians, modes, ratio, render, verdict
+from sprig.runtime.bench.schedule import Mode, Plan, Runner, SeedPlan
+from sprig.runtime.bench.systems import Setup, System, SystemKind, make_system
 from sprig.runtime.model.tokenizer import Tokenizer
 
 DEFAULT_SYSTEMS = [SystemKind.SPRIG, SystemKind.SPRIG_NO_CACHE, SystemKind.LLAMA_CPP, SystemKind.TRANSFORMERS]
-DEFAULT_WORKLOADS = [DatasetKind.RANDOM, DatasetKind.SHARED_PREFIX, DatasetKind.JSON_SCHEMA]
+DEFAULT_WORKLOADS = [DatasetKind.RANDOM, DatasetKind.BATCH1, DatasetKind.SHARED_PREFIX, DatasetKind.JSON_SCHEMA]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,11 +45,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    choices=[k.value for k in SystemKind])
     p.add_argument("--workloads", nargs="+", type=DatasetKind, default=DEFAULT_WORKLOADS,
                    choices=[k.value for k in DatasetKind if k is not DatasetKind.FILE])
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--mode", type=Mode, default=Mode.BOTH, choices=[m.value for m in Mode],
+                   help="alone: one system up at a time; alternating: all up, rounds interleaved; both (default)")
+    p.add_argument("--rounds", type=int, default=3, help="measured rounds per workload (alone adds a warm-up)")
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-concurrency", type=int, default=16)
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--batch1-prompts", type=int, default=4, help="batch1: requests per round, sent one at a time")
+    p.add_argument("--batch1-input-len", type=int, default=128)
+    p.add_argument("--batch1-output-len", type=int, default=256)
     p.add_argument("--range-ratio", type=float, default=1.0,
                    help="draw input/output lengths from [ratio * len, len] (1: fixed, as in the targets)")
     p.add_argument("--prefix-len", type=int, default=512)
@@ -68,20 +76,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def machine() -> str:
-    """CPU model, cores and memory in one line."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (OSError, ValueError):
-        mem = float("nan")
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
-
-
 def model_dir(name: str) -> Path:
     from sprig.runtime.model.checkpoints import RECIPES, checkpoint_path
 
@@ -89,6 +83,9 @@ def model_dir(name: str) -> Path:
 
 
 def workload_spec(args: argparse.Namespace, kind: DatasetKind, seed: int) -> WorkloadSpec:
+    if kind is DatasetKind.BATCH1:  # fixed lengths: the decode speed of one sequence
+        return WorkloadSpec(kind=kind, num_prompts=args.batch1_prompts, input_len=args.batch1_input_len,
+                            output_len=args.batch1_output_len, seed=seed)
     return WorkloadSpec(kind=kind, num_prompts=args.num_prompts, input_len=args.input_len,
                         output_len=args.output_len, range_ratio=args.range_ratio, seed=seed,
                         prefix_len=args.prefix_len,
@@ -98,80 +95,35 @@ def workload_spec(args: argparse.Namespace, kind: DatasetKind, seed: int) -> Wor
 def ctx_per_slot(args: argparse.Namespace) -> int:
     """Context each llama-server slot needs: the longest prompt plus output plus template slack."""
     longest = max(args.prefix_len + args.input_len, args.num_turns * (args.input_len + args.output_len) + 64)
-    need = longest + args.output_len + 64
+    need = max(longest + args.output_len, args.batch1_input_len + args.batch1_output_len) + 64
     return -(-need // 256) * 256
 
 
-def start_systems(kinds: list[SystemKind], setup: Setup, skipped: dict[str, str]) -> list[System]:
-    """Build and start every system that can run here; the others go to `skipped` with the reason."""
-    systems: list[System] = []
-    for i, kind in enumerate(kinds):
-        try:
-            system = make_system(kind, setup, i)
-            print(f"starting {kind.value} ...", file=sys.stderr, flush=True)
-            system.start()
-            systems.append(system)
-        except SystemUnavailable as e:
-            skipped[kind.value] = str(e)
-            print(f"skipping {kind.value}: {e}", file=sys.stderr, flush=True)
-    return systems
+def plan_of(args: argparse.Namespace) -> Plan:
+    seeds = SeedPlan(args.seed, len(args.workloads), args.rounds, len(args.sweep_rates or ()))
+    return Plan(list(args.systems), list(args.workloads), args.rounds, seeds, partial(workload_spec, args),
+                args.max_concurrency, args.baseline_prompts, tuple(args.sweep_rates or ()), args.seed)
 
 
-def compact(result: BenchResult) -> dict[str, list[Any]]:
-    """Per-request figures the plots need, column by column (small JSON: no texts, no chunk times)."""
-    recs = [r for r in result.records if r.ok]
+def record_kernels(data: dict[str, Any]) -> Callable[[System], None]:
+    """A start hook keeping the `linear kernels` / `attention backend` lines of each sprig server's log."""
+    def on_start(system: System) -> None:
+        facts = getattr(system, "startup_facts", None)
+        if facts is not None and system.name.startswith("sprig"):
+            data["kernels"][system.name] = facts()
 
-    def col(values: list[float | None], digits: int = 4) -> list[float | None]:
-        return [None if v is None else round(v, digits) for v in values]
-
-    return {"end": col([r.end for r in recs], 3), "ttft": col([r.ttft for r in recs]),
-            "tpot": col([r.tpot for r in recs], 5), "prompt_tokens": [r.prompt_tokens for r in recs],
-            "cached_tokens": [r.cached_tokens for r in recs]}
-
-
-def run_rounds(args: argparse.Namespace, systems: list[System], tok: Tokenizer, data: dict[str, Any]) -> None:
-    """Interleaved rounds: every workload, every system, order reversed on odd rounds."""
-    load = LoadSpec(max_concurrency=args.max_concurrency)
-    for kind in args.workloads:
-        for rnd in range(args.rounds):
-            spec = workload_spec(args, kind, args.seed + rnd)
-            sessions = build_workload(spec, tok)
-            for system in systems if rnd % 2 == 0 else systems[::-1]:
-                mine = sessions[: args.baseline_prompts] if system.name == SystemKind.TRANSFORMERS.value else sessions
-                try:
-                    result = system.run(spec, mine, load, tok)
-                except SystemUnavailable as e:
-                    data["skipped"][f"{system.name} on {kind.value}"] = str(e)
-                    continue
-                print(format_summary(result.summary), flush=True)
-                data["runs"].append({"workload": kind.value, "round": rnd, "system": system.name,
-                                     "summary": result.summary.to_dict(), "profile": result.engine_stats,
-                                     "requests": compact(result)})
-
-
-def run_sweep(args: argparse.Namespace, systems: list[System], tok: Tokenizer, data: dict[str, Any]) -> None:
-    """Throughput at each offered request rate on `random` (HTTP systems only: static batches have no rate)."""
-    served = [s for s in systems if s.name != SystemKind.TRANSFORMERS.value]
-    for i, rate in enumerate(args.sweep_rates):
-        spec = workload_spec(args, DatasetKind.RANDOM, args.seed + 100 + i)
-        sessions = build_workload(spec, tok)
-        load = LoadSpec(rate, Arrival.POISSON, args.max_concurrency, args.seed)
-        for system in served if i % 2 == 0 else served[::-1]:
-            result = system.run(spec, sessions, load, tok)
-            print(f"sweep {system.name} @ {rate:g} req/s: {result.summary.output_tok_s:.1f} output tok/s",
-                  flush=True)
-            data["sweep"].append({"workload": "random", "rate": rate, "system": system.name,
-                                  "summary": result.summary.to_dict()})
+    return on_start
 
 
 def print_ratios(data: dict[str, Any]) -> None:
-    med = medians(data)
+    meds = {m: medians(data, m) for m in modes(data)}
     for t in TARGETS:
-        r = ratio(med, t)
-        if r is not None:
-            verdict = "met" if r >= t.at_least else "MISSED"
-            print(f"{t.workload:>14}: {t.system} / {t.baseline} = {r:.2f}x ({t.metric}; target {t.at_least:g}x, "
-                  f"{verdict})")
+        figures = {m: ratio(med, t) for m, med in meds.items()}
+        if all(r is None for r in figures.values()):
+            continue
+        goal = "no target" if t.at_least is None else f"target {t.at_least:g}x"
+        each = ", ".join(f"{m} {'–' if r is None else f'{r:.2f}x'} ({verdict(r, t)})" for m, r in figures.items())
+        print(f"{t.workload:>14}: {t.system} / {t.baseline} ({t.metric}; {goal}): {each}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,24 +139,19 @@ def main(argv: list[str] | None = None) -> int:
                   llama_server=args.llama_server, llama_cpp_dir=args.llama_cpp_dir,
                   llama_args=tuple(args.llama_args.split()))
     data: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "load_before": load_average(),
+        "started": time.strftime("%Y-%m-%d %H:%M"), **machine_facts(), "load_before": load_average(),
         "setup": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
-                  "num_prompts": args.num_prompts, "concurrency": args.max_concurrency, "input_len": args.input_len,
-                  "output_len": args.output_len, "prefix_len": args.prefix_len, "num_groups": args.num_groups,
-                  "baseline_prompts": args.baseline_prompts, "range_ratio": args.range_ratio,
-                  "llama_args": args.llama_args},
-        "skipped": {}, "runs": [], "sweep": [], "commands": {},
+                  "mode": args.mode.value, "num_prompts": args.num_prompts, "concurrency": args.max_concurrency,
+                  "input_len": args.input_len, "output_len": args.output_len, "prefix_len": args.prefix_len,
+                  "num_groups": args.num_groups, "baseline_prompts": args.baseline_prompts,
+                  "range_ratio": args.range_ratio, "llama_args": args.llama_args,
+                  "batch1_prompts": args.batch1_prompts, "batch1_input_len": args.batch1_input_len,
+                  "batch1_output_len": args.batch1_output_len},
+        "skipped": {}, "runs": [], "sweep": [], "commands": {}, "kernels": {},
     }
-    tok = Tokenizer(path)
-    systems = start_systems(list(args.systems), replace(setup), data["skipped"])
-    data["commands"] = {s.name: getattr(s, "command", None) for s in systems}
-    try:
-        run_rounds(args, systems, tok, data)
-        if args.sweep_rates:
-            run_sweep(args, systems, tok, data)
-    finally:
-        for system in systems:
-            system.stop()
+    runner = Runner(plan_of(args), Tokenizer(path), lambda kind, index: make_system(kind, setup, index), data,
+                    record_kernels(data))
+    runner.run(args.mode)
     data["load_after"] = load_average()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(data, separators=(",", ":")))  # compact: it is committed

@@ -95,14 +95,20 @@ def test_compare_one_round_writes_report(tiny: Path, tmp_path: Path):
     spec.loader.exec_module(compare)
     out = tmp_path / "report"
     code = compare.main(["--model", str(tiny), "--dtype", "float32", "--threads", "1", "--systems", "sprig",
-                         "transformers", "llama.cpp", "--workloads", "random", "--rounds", "1", "--num-prompts", "4",
+                         "transformers", "llama.cpp", "--workloads", "random", "batch1", "--rounds", "1",
+                         "--num-prompts", "4", "--batch1-prompts", "2", "--batch1-output-len", "8", "--mode", "both",
                          "--max-concurrency", "2", "--input-len", "8", "--output-len", "4", "--sweep-rates", "20",
                          "--llama-server", str(tmp_path / "missing"), "--out-dir", str(out),
                          "--work-dir", str(tmp_path / "work")])
     assert code == 0
     data = json.loads((out / "compare.json").read_text())
     assert {r["system"] for r in data["runs"]} == {"sprig", "transformers"}
+    assert {(r["mode"], r["workload"]) for r in data["runs"]} == {
+        (m, w) for m in ("alone", "alternating") for w in ("random", "batch1")}
+    assert all(r["summary"]["max_concurrency"] == 1 for r in data["runs"] if r["workload"] == "batch1")
     assert "llama.cpp" in data["skipped"] and data["sweep"][0]["system"] == "sprig"
+    assert set(data["kernels"]["sprig"]) == {"linear kernels", "attention backend"} and "flags" in data["cpu"]
     report = (out / "report.md").read_text()
     assert "| random | sprig / transformers | output_tok_s |" in report and "llama.cpp skipped" in report
+    assert "## Results, alone" in report and "## Batch-1 decode" in report
     assert (out / "ttft_cdf.png").exists() and (out / "throughput_vs_rate.png").exists()

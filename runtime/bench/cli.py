@@ -55,7 +55,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     """Workload and load flags shared by every benchmark command."""
     d, load = WorkloadSpec(), LoadSpec()
     p.add_argument("--dataset", default="random",
-                   help="random | shared-prefix | multi-turn | json-schema | path/to/file.jsonl")
+                   help="random | batch1 (one request at a time) | shared-prefix | multi-turn | json-schema | "
+                        "path/to/file.jsonl")
     p.add_argument("--num-prompts", type=int, default=d.num_prompts, help="sessions (conversations for multi-turn)")
     p.add_argument("--input-len", type=int, default=d.input_len, help="prompt tokens (shared-prefix: the suffix)")
     p.add_argument("--output-len", type=int, default=d.output_len, help="max output tokens per request")
@@ -121,7 +122,8 @@ def load_of(args: argparse.Namespace) -> LoadSpec:
         raise ValueError("--request-rate must be positive")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise ValueError("--max-concurrency must be positive")
-    return LoadSpec(args.request_rate, args.arrival, args.max_concurrency, args.seed)
+    forced = parse_dataset(args.dataset)[0].max_concurrency
+    return LoadSpec(args.request_rate, args.arrival, forced or args.max_concurrency, args.seed)
 
 
 def dataset_name(spec: WorkloadSpec) -> str:

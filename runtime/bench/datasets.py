@@ -1,4 +1,5 @@
-"""Benchmark workloads: the sessions a benchmark sends (random, shared-prefix, multi-turn, json-schema, JSONL file).
+"""Benchmark workloads: the sessions a benchmark sends (random, batch1, shared-prefix, multi-turn, json-schema, JSONL
+file).
 
 A workload is a list of `Session`s. Single-turn workloads have one turn per session; a multi-turn session sends
 its turns one after another, each with the previous turns and the server's answers as chat history. Prompts are
@@ -22,10 +23,16 @@ class DatasetKind(str, Enum):
     """The built-in workloads (a path to a .jsonl file is `FILE`)."""
 
     RANDOM = "random"
+    BATCH1 = "batch1"  # random prompts sent one at a time: the batch-1 decode speed
     SHARED_PREFIX = "shared-prefix"
     MULTI_TURN = "multi-turn"
     JSON_SCHEMA = "json-schema"
     FILE = "file"
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The bound on requests in flight the workload itself imposes (batch1: one), whatever the flags say."""
+        return 1 if self is DatasetKind.BATCH1 else None
 
 
 class Api(str, Enum):
@@ -103,7 +110,7 @@ class WorkloadSpec:
 
 
 def parse_dataset(value: str) -> tuple[DatasetKind, str | None]:
-    """`random|shared-prefix|multi-turn|json-schema` or a path to a .jsonl file."""
+    """`random|batch1|shared-prefix|multi-turn|json-schema` or a path to a .jsonl file."""
     try:
         return DatasetKind(value), None
     except ValueError:
@@ -146,7 +153,7 @@ def build_workload(spec: WorkloadSpec, tokenizer: Tokenizer) -> list[Session]:
     """Generate the sessions of a workload (deterministic for a spec and tokenizer)."""
     spec.validate()
     sampler = TextSampler(tokenizer, random.Random(spec.seed))
-    builders = {DatasetKind.RANDOM: _random, DatasetKind.SHARED_PREFIX: _shared_prefix,
+    builders = {DatasetKind.RANDOM: _random, DatasetKind.BATCH1: _random, DatasetKind.SHARED_PREFIX: _shared_prefix,
                 DatasetKind.MULTI_TURN: _multi_turn, DatasetKind.JSON_SCHEMA: _json_schema}
     if spec.kind is DatasetKind.FILE:
         return load_jsonl(Path(spec.path or ""), spec, tokenizer)

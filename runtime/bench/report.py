@@ -1,6 +1,8 @@
-"""The comparison report: medians of interleaved rounds, ratios against targets, plots and a markdown page.
+"""The comparison report: medians of rounds per mode (alone, alternating), ratios against targets, plots and a
+markdown page.
 
-Input is the `compare.json` that `benchmarks/compare.py` writes; output is PNGs and `report.md` next to it.
+Input is the `compare.json` that `benchmarks/compare.py` writes; output is PNGs and `report.md` next to it. Runs
+of an older compare.json carry no mode: they were alternating.
 """
 
 from __future__ import annotations
@@ -10,27 +12,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METRICS = ("output_tok_s", "request_throughput", "ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "cache_hit_rate",
-           "json_valid_share")
+from sprig.runtime.bench.plots import plot_cache_hits, plot_cdfs, plot_throughput_vs_rate
 
-
-COLORS = {"sprig": "C0", "sprig-no-cache": "C1", "llama.cpp": "C2", "transformers": "C3"}  # same in every plot
+METRICS = ("output_tok_s", "request_throughput", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_mean", "itl_p50",
+           "cache_hit_rate", "json_valid_share")
+MODES = ("alone", "alternating")  # the order modes run and appear in
+LEGACY_MODE = "alternating"  # runs without a mode come from compare.py before modes existed
 
 
 @dataclass(frozen=True)
 class Target:
-    """A ratio the issue asks for: `system` / `baseline` on `workload` in `metric` at least `at_least`."""
+    """A ratio the issue asks for: `system` / `baseline` on `workload` in `metric` at least `at_least` (None: a
+    figure reported without a target). `always`: listed even when not measured."""
 
     workload: str
     system: str
     baseline: str
     metric: str
-    at_least: float
+    at_least: float | None
+    always: bool = True
 
 
 TARGETS = [
     Target("random", "sprig", "llama.cpp", "output_tok_s", 1.0),
+    Target("random", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", 1.0, always=False),
     Target("shared-prefix", "sprig", "llama.cpp", "output_tok_s", 2.0),
+    Target("shared-prefix", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", 2.0, always=False),
+    Target("batch1", "sprig", "llama.cpp", "output_tok_s", None, always=False),
+    Target("batch1", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", None, always=False),
     Target("random", "sprig", "transformers", "output_tok_s", 5.0),
     Target("shared-prefix", "sprig", "transformers", "output_tok_s", 5.0),
     Target("json-schema", "sprig", "transformers", "request_throughput", 5.0),
@@ -41,14 +50,29 @@ def flat_metrics(summary: dict[str, Any]) -> dict[str, float | None]:
     """The figures the report compares, from a BenchSummary dict."""
     return {"output_tok_s": summary["output_tok_s"], "request_throughput": summary["request_throughput"],
             "ttft_p50": summary["ttft_ms"]["p50"], "ttft_p99": summary["ttft_ms"]["p99"],
-            "tpot_p50": summary["tpot_ms"]["p50"], "itl_p50": summary["itl_ms"]["p50"],
-            "cache_hit_rate": summary["cache_hit_rate"], "json_valid_share": summary["json_valid_share"]}
+            "tpot_p50": summary["tpot_ms"]["p50"], "tpot_mean": summary["tpot_ms"]["mean"],
+            "itl_p50": summary["itl_ms"]["p50"], "cache_hit_rate": summary["cache_hit_rate"], "json_valid_share": summary["json_valid_share"]}
 
 
-def medians(data: dict[str, Any]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """workload → system → metric → median over rounds (None where the system reports nothing)."""
+def mode_of(run: dict[str, Any]) -> str:
+    return str(run.get("mode") or LEGACY_MODE)
+
+
+def modes(data: dict[str, Any]) -> list[str]:
+    """The modes with runs or sweep points, alone first."""
+    present = {mode_of(r) for r in [*data["runs"], *(data.get("sweep") or [])]}
+    return [m for m in MODES if m in present] + sorted(present - set(MODES))
+
+
+def runs_of(data: dict[str, Any], mode: str | None) -> list[dict[str, Any]]:
+    """The runs of a mode (None: all)."""
+    return [r for r in data["runs"] if mode is None or mode_of(r) == mode]
+
+
+def medians(data: dict[str, Any], mode: str | None = None) -> dict[str, dict[str, dict[str, float | None]]]:
+    """workload → system → metric → median over the rounds of a mode (None where the system reports nothing)."""
     grouped: dict[str, dict[str, list[dict[str, float | None]]]] = {}
-    for run in data["runs"]:
+    for run in runs_of(data, mode):
         grouped.setdefault(run["workload"], {}).setdefault(run["system"], []).append(flat_metrics(run["summary"]))
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for wl, systems in grouped.items():
@@ -63,14 +87,16 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def profile_medians(data: dict[str, Any], system: str = "sprig") -> dict[str, dict[str, float]]:
+def profile_medians(data: dict[str, Any], system: str = "sprig", mode: str | None = None
+                    ) -> dict[str, dict[str, float]]:
     """workload → median step profile of a sprig system: model vs other ms per step, tokens per step, decode
     batch, and the share of the run's wall time the engine spent in steps (the rest: HTTP, queueing, idle)."""
     keys = ("model_ms_per_step", "other_ms_per_step", "tokens_per_step", "avg_decode_batch", "busy_share")
     out: dict[str, dict[str, float]] = {}
-    for wl in dict.fromkeys(r["workload"] for r in data["runs"]):
+    runs = runs_of(data, mode)
+    for wl in dict.fromkeys(r["workload"] for r in runs):
         rows = [{**r["profile"], "busy_share": r["profile"]["step_time_s"] / r["summary"]["duration_s"]}
-                for r in data["runs"] if r["workload"] == wl and r["system"] == system and r["profile"]]
+                for r in runs if r["workload"] == wl and r["system"] == system and r["profile"]]
         if rows:
             out[wl] = {k: statistics.median(float(r.get(k) or 0) for r in rows) for k in keys}
     return out
@@ -83,99 +109,18 @@ def ratio(med: dict[str, dict[str, dict[str, float | None]]], t: Target) -> floa
     return a / b if a and b else None
 
 
-def _plt() -> Any:
-    import matplotlib
+def with_modes(data: dict[str, Any]) -> dict[str, Any]:
+    """The data with every run and sweep point tagged with its mode (older files: alternating)."""
+    def tag(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "mode": mode_of(r)} for r in rows]
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_throughput_vs_rate(data: dict[str, Any], path: Path) -> bool:
-    """Output tokens/s against offered request rate, one line per system (from the rate sweep)."""
-    sweep = data.get("sweep") or []
-    if not sweep:
-        return False
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=90)
-    for system in sorted({r["system"] for r in sweep}):
-        rows = sorted((r["rate"], r["summary"]["output_tok_s"]) for r in sweep if r["system"] == system)
-        ax.plot([x for x, _ in rows], [y for _, y in rows], marker="o", label=system, color=COLORS.get(system))
-    ax.set_xlabel("request rate (req/s, Poisson)")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title(f"{sweep[0]['workload']}: throughput vs request rate")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
-
-
-def plot_cdfs(data: dict[str, Any], metric: str, path: Path) -> bool:
-    """CDF of a per-request latency (`ttft` or `tpot`, ms), one panel per workload, pooled over rounds."""
-    workloads = list(dict.fromkeys(r["workload"] for r in data["runs"]))
-    if not workloads:
-        return False
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.4), dpi=90, squeeze=False)
-    for ax, wl in zip(axes[0], workloads, strict=True):
-        for system in list(dict.fromkeys(r["system"] for r in data["runs"] if r["workload"] == wl)):
-            values = sorted(1e3 * v for r in data["runs"] if r["workload"] == wl and r["system"] == system
-                            for v in r["requests"][metric] if v is not None)
-            if values:
-                ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=system,
-                        color=COLORS.get(system))
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels collide on short log ranges
-        ax.set_title(wl)
-        ax.set_xlabel(f"{metric.upper()} (ms, log scale)")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("fraction of requests")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
-
-
-def plot_cache_hits(data: dict[str, Any], path: Path, workload: str = "shared-prefix") -> bool:
-    """Cumulative prompt-cache hit rate (cached / prompt tokens of finished requests) over time, first round."""
-    runs = [r for r in data["runs"] if r["workload"] == workload and r["round"] == 0]
-    if not runs:
-        return False
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=90)
-    for run in runs:
-        cols = run["requests"]
-        reqs = sorted((end, c, p) for end, c, p in zip(cols["end"], cols["cached_tokens"], cols["prompt_tokens"],
-                                                       strict=True) if c is not None)
-        if not reqs:
-            continue
-        cached = prompt = 0
-        xs, ys = [], []
-        for end, c, p in reqs:
-            cached += c
-            prompt += p
-            xs.append(end)
-            ys.append(cached / prompt)
-        ax.plot(xs, ys, label=run["system"], drawstyle="steps-post", color=COLORS.get(run["system"]))
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("time since the run started (s), at each request's finish")
-    ax.set_ylabel("cumulative cache hit rate")
-    ax.set_title(f"{workload}: prompt tokens served from cache")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return {**data, "runs": tag(data["runs"]), "sweep": tag(data.get("sweep") or [])}
 
 
 def render(data: dict[str, Any], out_dir: Path) -> Path:
     """Write the plots and report.md into out_dir; returns the report path."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    data = with_modes(data)
     figures: list[tuple[str, str]] = []
     for name, title, draw in (
         ("throughput_vs_rate.png", "Throughput vs request rate", lambda p: plot_throughput_vs_rate(data, p)),
@@ -202,56 +147,137 @@ def _fmt(v: float | None, pattern: str = "{:.1f}") -> str:
     return "–" if v is None else pattern.format(v)
 
 
+MODE_TEXT = {
+    "alone": "each system by itself, every other system stopped: one unmeasured warm-up round per workload, then "
+             "the measured rounds ({rounds}), each with fresh prompts",
+    "alternating": "every system up at once; each round ({rounds} in all) sends fresh prompts to every system in turn, "
+                   "in alternating order (idle servers share the cores)",
+}
+
+
 def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
-    """The report page: setup, medians per workload, targets, step profile, figures."""
-    med = medians(data)
-    s = data["setup"]
-    lines = [f"# sprig comparison ({data['started']})", "",
-             f"Machine: {data['machine']}. Checkpoint `{s['model']}` in {s['dtype']}, {s['threads']} threads per "
-             f"system, {s['num_prompts']} requests per run, concurrency {s['concurrency']}, input {s['input_len']} "
-             f"tokens (shared-prefix: + {s['prefix_len']}-token prefix, {s['num_groups']} groups), output "
-             f"{s['output_len']} tokens{_lengths(s)}. Medians of {s['rounds']} interleaved rounds (each round sends fresh "
-             f"prompts to every system, in alternating order). transformers runs the first "
-             f"{s.get('baseline_prompts', s['num_prompts'])} requests of each round in static batches of "
-             f"{s['concurrency']}.", "",
-             f"Load average (1/5/15 min) before: {data['load_before']}, after: {data['load_after']}.", ""]
-    for name, why in (data.get("skipped") or {}).items():
-        lines.append(f"- **{name} skipped:** {why}")
-    lines += ["", "## Results (medians)", "",
-              "| workload | system | out tok/s | req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | ITL p50 ms "
-              "| cache hit | JSON valid |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for wl, systems in med.items():
-        for sysname, m in systems.items():
-            lines.append(f"| {wl} | {sysname} | {_fmt(m['output_tok_s'])} | {_fmt(m['request_throughput'], '{:.2f}')} "
-                         f"| {_fmt(m['ttft_p50'])} | {_fmt(m['ttft_p99'])} | {_fmt(m['tpot_p50'])} "
-                         f"| {_fmt(m['itl_p50'])} | {_fmt(m['cache_hit_rate'], '{:.0%}')} "
-                         f"| {_fmt(m['json_valid_share'], '{:.0%}')} |")
-    lines += ["", "## Targets", "", "| workload | ratio | metric | measured | target | status |", "|---|---|---|---|---|---|"]
-    for t in TARGETS:
-        r = ratio(med, t)
-        status = "not measured" if r is None else ("met" if r >= t.at_least else f"missed by {t.at_least / r:.2f}x")
-        lines.append(f"| {t.workload} | {t.system} / {t.baseline} | {t.metric} | {_fmt(r, '{:.2f}x')} "
-                     f"| ≥ {t.at_least:g}x | {status} |")
-    extra = [(wl, ratio(med, Target(wl, "sprig", "sprig-no-cache", "output_tok_s", 0))) for wl in med]
-    lines += ["", "Radix cache on / off (output tok/s): "
-              + ", ".join(f"{wl} {_fmt(r, '{:.2f}x')}" for wl, r in extra if r is not None), ""]
-    lines += _profile_lines(data)
+    """The report page: machine and setup, medians per mode and workload, batch-1 decode, targets, step profile,
+    figures."""
+    shown = modes(data)
+    lines = [f"# sprig comparison ({data['started']})", "", *_header(data, shown)]
+    skipped = [f"- **{name} skipped:** {why}" for name, why in (data.get("skipped") or {}).items()]
+    lines += [*skipped, ""] if skipped else []
+    n = data["setup"]["rounds"]
+    for mode in shown:
+        lines += _results_lines(medians(data, mode), f"Results, {mode} (medians of {n} round{'s' * (n != 1)})")
+    lines += _batch1_lines(data, shown)
+    lines += _target_lines(data, shown)
+    lines += _profile_lines(data, shown)
     for title, name in figures:
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
     lines += [*data.get("notes", []), ""]
     return "\n".join(lines)
 
 
-def _profile_lines(data: dict[str, Any]) -> list[str]:
+def _header(data: dict[str, Any], shown: list[str]) -> list[str]:
+    s = data["setup"]
+    batch1 = (f" batch1: {s['batch1_prompts']} requests one at a time, input {s['batch1_input_len']}, output "
+              f"{s['batch1_output_len']} tokens." if "batch1_prompts" in s else "")
+    kernels = _kernel_lines(data)
+    lines = [f"Machine: {data['machine']}.", "", *kernels, *([""] if kernels else []),
+             f"Checkpoint `{s['model']}` in {s['dtype']}, {s['threads']} threads per "
+             f"system, {s['num_prompts']} requests per run, concurrency {s['concurrency']}, input {s['input_len']} "
+             f"tokens (shared-prefix: + {s['prefix_len']}-token prefix, {s['num_groups']} groups), output "
+             f"{s['output_len']} tokens{_lengths(s)}.{batch1} transformers runs the first "
+             f"{s.get('baseline_prompts', s['num_prompts'])} requests of each round in static batches of "
+             f"{s['concurrency']}.", ""]
+    lines += [f"- **{m}**: {MODE_TEXT.get(m, m).format(rounds=s['rounds'])}." for m in shown]
+    return [*lines, "", f"Load average (1/5/15 min) before: {data['load_before']}, after: {data['load_after']}.", ""]
+
+
+def _kernel_lines(data: dict[str, Any]) -> list[str]:
+    """CPU ISA flags, kernel overrides and the kernels each sprig system reported (older files have none)."""
+    if "cpu" not in data:
+        return []
+    env = ", ".join(f"{k}={v}" for k, v in (data.get("kernel_env") or {}).items()) or "none"
+    lines = [f"ISA flags: {' '.join(data['cpu']['flags']) or 'none of those checked'}. Kernel overrides in the "
+             f"environment: {env}."]
+    for system, facts in (data.get("kernels") or {}).items():
+        lines.append(f"- {system}: " + "; ".join(f"{k}: {v}" for k, v in facts.items()))
+    local = data.get("local_kernels") or {}
+    if local:
+        lines.append("- in the driver process: " + ", ".join(f"{k} {v}" for k, v in local.items()))
+    return lines
+
+
+def _results_lines(med: dict[str, dict[str, dict[str, float | None]]], title: str) -> list[str]:
+    lines = [f"## {title}", "",
+             "| workload | system | out tok/s | req/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | ITL p50 ms "
+             "| cache hit | JSON valid |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for wl, systems in med.items():
+        for sysname, m in systems.items():
+            lines.append(f"| {wl} | {sysname} | {_fmt(m['output_tok_s'])} | {_fmt(m['request_throughput'], '{:.2f}')} "
+                         f"| {_fmt(m['ttft_p50'])} | {_fmt(m['ttft_p99'])} | {_fmt(m['tpot_p50'])} "
+                         f"| {_fmt(m['itl_p50'])} | {_fmt(m['cache_hit_rate'], '{:.0%}')} "
+                         f"| {_fmt(m['json_valid_share'], '{:.0%}')} |")
+    return [*lines, ""]
+
+
+def _batch1_lines(data: dict[str, Any], shown: list[str]) -> list[str]:
+    """Batch-1 decode: output tok/s and mean TPOT per system, a column pair per mode."""
+    per_mode = {m: medians(data, m).get("batch1", {}) for m in shown}
+    systems = list(dict.fromkeys(sysname for rows in per_mode.values() for sysname in rows))
+    if not systems:
+        return []
+    head = " | ".join(f"{m} out tok/s | {m} mean TPOT ms" for m in shown)
+    lines = ["## Batch-1 decode (one request at a time, medians)", "", f"| system | {head} |",
+             "|---|" + "---|---|" * len(shown)]
+    for sysname in systems:
+        cells = " | ".join(f"{_fmt(per_mode[m].get(sysname, {}).get('output_tok_s'))} "
+                           f"| {_fmt(per_mode[m].get(sysname, {}).get('tpot_mean'))}" for m in shown)
+        lines.append(f"| {sysname} | {cells} |")
+    return [*lines, ""]
+
+
+def verdict(r: float | None, t: Target) -> str:
+    """met / missed by / not measured / reported (no target)."""
+    if r is None:
+        return "not measured"
+    if t.at_least is None:
+        return "reported (no target)"
+    return "met" if r >= t.at_least else f"missed by {t.at_least / r:.2f}x"
+
+
+def _target_lines(data: dict[str, Any], shown: list[str]) -> list[str]:
+    meds = {m: medians(data, m) for m in shown}
+    lines = ["## Targets", "", f"| workload | ratio | metric | {' | '.join(shown)} | target | status |",
+             "|---|---|---|" + "---|" * len(shown) + "---|---|"]
+    for t in TARGETS:
+        rs = {m: ratio(meds[m], t) for m in shown}
+        if not t.always and all(r is None for r in rs.values()):
+            continue
+        verdicts = {m: verdict(r, t) for m, r in rs.items()}
+        same = len(set(verdicts.values())) == 1
+        status = next(iter(verdicts.values())) if same else "; ".join(f"{m}: {v}" for m, v in verdicts.items())
+        goal = "–" if t.at_least is None else f"≥ {t.at_least:g}x"
+        lines.append(f"| {t.workload} | {t.system} / {t.baseline} | {t.metric} | "
+                     f"{' | '.join(_fmt(r, '{:.2f}x') for r in rs.values())} | {goal} | {status} |")
+    for mode in shown:
+        med = meds[mode]
+        extra = [(wl, ratio(med, Target(wl, "sprig", "sprig-no-cache", "output_tok_s", 0))) for wl in med]
+        pairs = ", ".join(f"{wl} {_fmt(r, '{:.2f}x')}" for wl, r in extra if r is not None)
+        if pairs:
+            lines += ["", f"Radix cache on / off (output tok/s, {mode}): {pairs}"]
+    return [*lines, ""]
+
+
+def _profile_lines(data: dict[str, Any], shown: list[str]) -> list[str]:
     lines = ["## Where sprig's time goes (engine step profile, medians)", "",
              "| system | workload | model ms/step | other ms/step | output tokens/step | avg decode batch "
              "| engine busy |", "|---|---|---|---|---|---|---|"]
     rows = 0
-    for system in ("sprig", "sprig-no-cache"):
-        for wl, p in profile_medians(data, system).items():
-            rows += 1
-            lines.append(f"| {system} | {wl} | {p['model_ms_per_step']:.1f} | {p['other_ms_per_step']:.1f} "
-                         f"| {p['tokens_per_step']:.1f} | {p['avg_decode_batch']:.1f} | {p['busy_share']:.0%} |")
+    for mode in shown:
+        for system in ("sprig", "sprig-no-cache", "sprig-int8"):
+            label = f"{system} ({mode})" if len(shown) > 1 else system
+            for wl, p in profile_medians(data, system, mode).items():
+                rows += 1
+                lines.append(f"| {label} | {wl} | {p['model_ms_per_step']:.1f} | {p['other_ms_per_step']:.1f} "
+                             f"| {p['tokens_per_step']:.1f} | {p['avg_decode_batch']:.1f} | {p['busy_share']:.0%} |")
     note = ("Engine busy = time inside engine steps / wall time of the run; the rest is time the engine waited "
             "for work (HTTP, streaming, the client and the server sharing the CPU).")
     return [*lines, "", note, ""] if rows else []

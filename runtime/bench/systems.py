@@ -1,19 +1,21 @@
-"""The systems `benchmarks/compare.py` measures side by side: sprig servers (radix cache on and off), llama.cpp's
-`llama-server` on the same checkpoint converted to GGUF, and `transformers.generate` in static batches.
+"""The systems `benchmarks/compare.py` measures side by side: sprig servers (radix cache on and off, int8 weights),
+llama.cpp's `llama-server` on the same checkpoint converted to GGUF (in the checkpoint's dtype or Q8_0), and
+`transformers.generate` in static batches.
 
-Servers are child processes started once and left idle while the others are measured; each run is the same
-workload sent by the same HTTP client. The transformers baseline runs in-process (it has no server).
+Servers are child processes; each run is the same workload sent by the same HTTP client. The transformers
+baseline runs in-process (it has no server).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,8 +34,13 @@ class SystemKind(str, Enum):
 
     SPRIG = "sprig"
     SPRIG_NO_CACHE = "sprig-no-cache"
+    SPRIG_INT8 = "sprig-int8"  # weights quantized to int8 at load (--quantization int8)
     LLAMA_CPP = "llama.cpp"
+    LLAMA_CPP_Q8 = "llama.cpp-q8_0"  # the checkpoint converted to a Q8_0 GGUF
     TRANSFORMERS = "transformers"
+
+
+KERNEL_FACTS = ("linear kernels", "attention backend")  # lines of sprig's start-up block the report keeps
 
 
 class SystemUnavailable(Exception):
@@ -137,6 +144,16 @@ class ServerSystem:
         except (httpx.HTTPError, ValueError):
             return None
 
+    def startup_facts(self, labels: tuple[str, ...] = KERNEL_FACTS, wait_s: float = 10.0) -> dict[str, str]:
+        """`label: value` lines of the server's start-up block, read from its log (waits a little: the block may
+        be printed just after /health turns 200)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            facts = parse_facts(self.log_path.read_text(errors="replace"), labels)
+            if len(facts) == len(labels) or time.monotonic() >= deadline:
+                return facts
+            time.sleep(0.5)
+
     def stop(self) -> None:
         """Terminate the child (SIGTERM, then SIGKILL after 30 s)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -149,14 +166,26 @@ class ServerSystem:
             self.proc.wait(timeout=10)
 
 
-def sprig_server(setup: Setup, cache: bool, port: int) -> ServerSystem:
-    """`sprig serve` on the setup's checkpoint (radix cache on or off)."""
+def parse_facts(log: str, labels: tuple[str, ...]) -> dict[str, str]:
+    """The last `label: value` line of each label in a log (sprig's start-up block indents and aligns them)."""
+    facts: dict[str, str] = {}
+    for label in labels:
+        for m in re.finditer(rf"^\s*{re.escape(label)}:\s*(.*?)\s*$", log, re.MULTILINE):
+            facts[label] = m.group(1)
+    return facts
+
+
+def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None = None) -> ServerSystem:
+    """`sprig serve` on the setup's checkpoint (radix cache on or off, weights quantized at load or not)."""
     name = "sprig" if cache else "sprig-no-cache"
     cmd = [sys.executable, "-m", "sprig.runtime.cli", "serve", "--model", str(setup.model_dir),
            "--dtype", setup.dtype, "--num-threads", str(setup.threads), "--port", str(port),
            "--max-total-tokens", str(setup.kv_tokens), "--served-model-name", "default"]
     if not cache:
         cmd.append("--disable-radix-cache")
+    if quantization:
+        name = f"sprig-{quantization}"
+        cmd += ["--quantization", quantization]
     return ServerSystem(name, cmd, port, setup.log_dir / f"{name}.log", stats_route="/server_info",
                         progress=setup.progress)
 
@@ -170,9 +199,10 @@ def find_llama_server(setup: Setup) -> str:
                             "benchmarks/README.md shows how to build it")
 
 
-def gguf_of(setup: Setup) -> Path:
-    """The checkpoint as GGUF in the setup's dtype, converted once with llama.cpp's own converter."""
-    outtype = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[setup.dtype]
+def gguf_of(setup: Setup, outtype: str | None = None) -> Path:
+    """The checkpoint as GGUF in `outtype` (default: the setup's dtype), converted once with llama.cpp's own
+    converter."""
+    outtype = outtype or {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[setup.dtype]
     out = setup.gguf_dir / f"{setup.model_dir.name}-{outtype}.gguf"
     if out.exists():
         return out
@@ -180,7 +210,7 @@ def gguf_of(setup: Setup) -> Path:
     if not llama_dir:
         raise SystemUnavailable("no GGUF yet and no llama.cpp source tree to convert with (--llama-cpp-dir or "
                                 "$LLAMA_CPP_DIR: the folder holding convert_hf_to_gguf.py)")
-    log = setup.log_dir / "gguf-convert.log"
+    log = setup.log_dir / f"gguf-convert-{outtype}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "sprig.runtime.bench.gguf", llama_dir, str(setup.model_dir), str(out), outtype]
     with log.open("w") as f:
@@ -190,14 +220,17 @@ def gguf_of(setup: Setup) -> Path:
     return out
 
 
-def llama_server(setup: Setup, port: int) -> ServerSystem:
-    """llama.cpp's `llama-server` with one slot per concurrent request, same thread count as sprig."""
+def llama_server(setup: Setup, port: int, outtype: str | None = None) -> ServerSystem:
+    """llama.cpp's `llama-server` with one slot per concurrent request, same thread count as sprig, on the GGUF in
+    `outtype` (default: the setup's dtype)."""
     binary = find_llama_server(setup)
-    gguf = gguf_of(setup)
+    gguf = gguf_of(setup, outtype)
+    name = f"llama.cpp-{outtype}" if outtype else "llama.cpp"
     cmd = [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
            "-t", str(setup.threads), "-tb", str(setup.threads), "-np", str(setup.concurrency),
            "-c", str(setup.ctx_per_slot * setup.concurrency), "--alias", "default", "--no-webui", *setup.llama_args]
-    return ServerSystem("llama.cpp", cmd, port, setup.log_dir / "llama-server.log", progress=setup.progress)
+    log = setup.log_dir / (f"llama-server-{outtype}.log" if outtype else "llama-server.log")
+    return ServerSystem(name, cmd, port, log, progress=setup.progress)
 
 
 @dataclass
@@ -223,9 +256,10 @@ class TransformersSystem:
     def run(self, spec: WorkloadSpec, sessions: list[Session], load: LoadSpec, tok: Tokenizer) -> BenchResult:
         if any(len(s.turns) > 1 for s in sessions):
             raise SystemUnavailable("transformers baseline: single-turn workloads only")
-        records = self.runner.run(sessions)
-        summary = summarize(records, self.name, spec.kind.value, float("inf"), self.setup.concurrency)
-        return BenchResult(summary, {"system": self.name, "batch_size": self.setup.concurrency}, records)
+        batch = min(self.setup.concurrency, load.max_concurrency or self.setup.concurrency)  # batch1: one row
+        records = replace(self.runner, batch_size=batch).run(sessions)
+        summary = summarize(records, self.name, spec.kind.value, float("inf"), batch)
+        return BenchResult(summary, {"system": self.name, "batch_size": batch}, records)
 
     def stop(self) -> None:
         self.runner = None
@@ -238,6 +272,10 @@ def make_system(kind: SystemKind, setup: Setup, index: int) -> System:
         return sprig_server(setup, True, port)
     if kind is SystemKind.SPRIG_NO_CACHE:
         return sprig_server(setup, False, port)
+    if kind is SystemKind.SPRIG_INT8:
+        return sprig_server(setup, True, port, quantization="int8")
     if kind is SystemKind.LLAMA_CPP:
         return llama_server(setup, port)
+    if kind is SystemKind.LLAMA_CPP_Q8:
+        return llama_server(setup, port, outtype="q8_0")
     return TransformersSystem(setup)
