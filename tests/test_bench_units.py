@@ -237,7 +237,7 @@ def test_report_renders_plots_and_targets(tmp_path: Path):
     report = render(data, tmp_path).read_text()
     for png in ("throughput_vs_rate.png", "ttft_cdf.png", "tpot_cdf.png", "cache_hit_rate.png"):
         assert (tmp_path / png).stat().st_size > 5000 and f"]({png})" in report
-    assert "| random | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 1x | met |" in report
+    assert "| random | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 1.5x | met |" in report
     assert "| random | sprig / transformers | output_tok_s | 6.00x | ≥ 5x | met |" in report
     assert "| shared-prefix | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 2x | missed by 1.33x |" in report
     assert "| sprig | random | 9.0 | 1.0 | 4.0 | 4.0 | 50% |" in report

@@ -34,11 +34,11 @@ class Target:
 
 
 TARGETS = [
-    Target("random", "sprig", "llama.cpp", "output_tok_s", 1.0),
-    Target("random", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", 1.0, always=False),
-    Target("shared-prefix", "sprig", "llama.cpp", "output_tok_s", 2.0),
-    Target("shared-prefix", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", 2.0, always=False),
-    Target("batch1", "sprig", "llama.cpp", "output_tok_s", None, always=False),
+    Target("random", "sprig", "llama.cpp", "output_tok_s", 1.5),
+    Target("random", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", None, always=False),
+    Target("shared-prefix", "sprig", "llama.cpp", "output_tok_s", 3.0),
+    Target("shared-prefix", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", None, always=False),
+    Target("batch1", "sprig", "llama.cpp", "output_tok_s", 1.0, always=False),
     Target("batch1", "sprig-int8", "llama.cpp-q8_0", "output_tok_s", None, always=False),
     Target("random", "sprig", "transformers", "output_tok_s", 5.0),
     Target("shared-prefix", "sprig", "transformers", "output_tok_s", 5.0),
