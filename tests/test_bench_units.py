@@ -227,7 +227,7 @@ def test_report_renders_plots_and_targets(tmp_path: Path):
                 "profile": prof if system == "sprig" else None}
 
     runs = [run(s, wl, r, v * (1 + r / 10), h) for r in range(3) for wl in ("random", "shared-prefix")
-            for s, v, h in (("sprig", 300.0, 0.4), ("llama.cpp", 200.0, None), ("transformers", 50.0, None))]
+            for s, v, h in (("sprig", 300.0, 0.4), ("llama.cpp", 150.0, None), ("transformers", 50.0, None))]
     sweep = [{"workload": "random", "rate": r, "system": s, "summary": {"output_tok_s": 10 * r}}
              for r in (1, 2) for s in ("sprig", "llama.cpp")]
     data = {"started": "now", "machine": "test box", "load_before": "1", "load_after": "1", "skipped": {},
@@ -237,7 +237,7 @@ def test_report_renders_plots_and_targets(tmp_path: Path):
     report = render(data, tmp_path).read_text()
     for png in ("throughput_vs_rate.png", "ttft_cdf.png", "tpot_cdf.png", "cache_hit_rate.png"):
         assert (tmp_path / png).stat().st_size > 5000 and f"]({png})" in report
-    assert "| random | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 1.5x | met |" in report
+    assert "| random | sprig / llama.cpp | output_tok_s | 2.00x | ≥ 1.5x | met |" in report
     assert "| random | sprig / transformers | output_tok_s | 6.00x | ≥ 5x | met |" in report
-    assert "| shared-prefix | sprig / llama.cpp | output_tok_s | 1.50x | ≥ 2x | missed by 1.33x |" in report
+    assert "| shared-prefix | sprig / llama.cpp | output_tok_s | 2.00x | ≥ 3x | missed by 1.50x |" in report
     assert "| sprig | random | 9.0 | 1.0 | 4.0 | 4.0 | 50% |" in report
