@@ -1,5 +1,5 @@
 """int8 linears through sprig's W8A8 kernel (kernels/csrc/int8_gemm.c) are bit-identical to an exact reference in
-torch, in every code path this machine can run (AVX512_VNNI, AVX-VNNI, AVX2, portable C).
+torch, in every code path this machine can run (AVX512_VNNI, AVX-VNNI, AVX2, portable C), and int8 models pick it.
 
 Why bit-identical and not "close": the kernel's integer sums are exact, and the reference does the same float32
 operations in the same order -- the per-row quantization (127 / amax, a product, a clamp, round half to even), one
@@ -15,7 +15,10 @@ from kernel_paths import needs_kernels, path_params
 
 from sprig.kernels.cpu_int8 import Int8Isa, int8_isa, int8_linear, int8_pack, int8_supports
 from sprig.kernels.cpu_native import native_kernels
-from sprig.runtime.model.quantization import quantize_rows_int8
+from sprig.runtime.model.kv_pool import KVPool, PoolSize
+from sprig.runtime.model.loader import load_model
+from sprig.runtime.model.quantization import Int8Linear, quantize_rows_int8
+from sprig.runtime.model.runner import ModelRunner, SeqInput
 
 BEST = Int8Isa(native_kernels().int8_gemm_best_isa()) if native_kernels() is not None else None
 ISAS = path_params(Int8Isa, BEST)
@@ -128,3 +131,36 @@ def test_the_portable_build_computes_the_same_product():
     assert lib.int8_linear(*args, lib.int8_gemm_best_isa(), 2) == 0
     assert torch.equal(out, _reference(x, q, scale, b))
     assert lib.int8_linear(*args, Int8Isa.AVX512_VNNI, 2) != 0  # a path the build lacks is refused, not run
+
+
+def _logits(path, ids: list[int], dtype: str = "bfloat16") -> torch.Tensor:
+    model = load_model(path, dtype, "int8")
+    pool = KVPool(model.cfg, PoolSize(8, 16), model.dtype)
+    return ModelRunner(model, pool).forward([SeqInput(ids, 0, pool.alloc(4), all_logits=True)]).logits.float()
+
+
+@needs_kernels
+def test_int8_models_pick_the_w8a8_kernel_unless_capped_off(tiny_paths, monkeypatch):
+    monkeypatch.delenv("SPRIG_CPU_ISA", raising=False)  # CI's fallback run caps it
+    path = tiny_paths["tiny-llama"]
+    model = load_model(path, "bfloat16", "int8")
+    proj = model.layers[0].mlp.down_proj
+    assert isinstance(proj, Int8Linear) and proj.isa is BEST and proj.weight.is_meta
+    assert proj.packed_weight.dtype == torch.int8 and proj.packed_scale.dtype == torch.float32
+    assert model.linear_kernels == f"int8 w8a8 ({BEST.name.lower()}) x 9"  # 2 layers x 4, and the LM head
+    assert load_model(path, "float32", "int8").layers[0].mlp.down_proj.isa is BEST
+    assert load_model(path, "float16", "int8").layers[0].mlp.down_proj.isa is None  # fp16: torch's path
+    monkeypatch.setenv("SPRIG_CPU_ISA", "none")
+    model = load_model(path, "bfloat16", "int8")
+    assert model.layers[0].mlp.down_proj.isa is None and model.linear_kernels.startswith("int8 _weight_int8pack_mm")
+
+
+@needs_kernels
+@pytest.mark.parametrize("cap", ["avx2", "portable"])
+def test_every_path_gives_the_same_model_logits(tiny_paths, monkeypatch, cap):
+    """The paths compute the same bits per linear, so a whole int8 model gives identical logits on each."""
+    path = tiny_paths["tiny-qwen2"]  # q/k/v biases, a tied LM head
+    ids = list(range(3, 40))
+    ref = _logits(path, ids)
+    monkeypatch.setenv("SPRIG_CPU_ISA", cap)
+    assert torch.equal(_logits(path, ids), ref)
