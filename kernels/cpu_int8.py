@@ -81,17 +81,17 @@ def int8_linear(x: torch.Tensor, w: Int8Packed, n: int, isa: Int8Isa | None = No
     chosen = int8_isa() if isa is None else isa
     assert lib is not None and chosen is not None  # int8_supports checked that the library is there
     k = x.shape[-1]
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)
+    flat = x.dim() == 2  # the runner's [tokens, features]: no reshapes (each costs microseconds at decode)
+    x2 = x if flat else x.reshape(-1, k)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()  # the kernel reads rows `lda` apart, each row contiguous
     lda = x2.stride(0) if x2.shape[0] > 1 else k
     out = torch.empty(x2.shape[0], n, dtype=x.dtype)
     if x2.shape[0] == 0:
-        return out.view(*lead, n)
+        return out if flat else out.view(*x.shape[:-1], n)
     status = lib.int8_linear(x2.data_ptr(), lda, w.weight.data_ptr(), w.corr.data_ptr(),
                              w.scale.data_ptr(), 0 if w.bias is None else w.bias.data_ptr(), out.data_ptr(),
                              x2.shape[0], n, k, DTYPE_CODES[x.dtype], int(chosen), torch.get_num_threads())
     if status != 0:
         raise RuntimeError(f"int8_linear refused a [{x2.shape[0]}, {k}] x [{n}, {k}] product (status {status})")
-    return out.view(*lead, n)
+    return out if flat else out.view(*x.shape[:-1], n)

@@ -191,11 +191,13 @@ static inline int32_t codes4(const uint8_t *a, int64_t j) {
 }
 
 #if defined(HAVE_VNNI512)
+/* The accumulators are VPDPBUSD's own vector type: as __m512i (vectors of int64) each one converts on every
+ * instruction, and GCC 12 then copies and spills them (measured 2x slower at 4-6 rows). */
 static inline __attribute__((always_inline)) void group_vnni512(const uint8_t *a, int64_t kp, const int rows,
                                                                 const int8_t *w, const int np, int32_t *sums) {
-    __m512i acc[ROWS][GROUP];
+    __v16si acc[ROWS][GROUP];
     for (int r = 0; r < ROWS; r++)
-        for (int p = 0; p < GROUP; p++) acc[r][p] = _mm512_setzero_si512();
+        for (int p = 0; p < GROUP; p++) acc[r][p] = (__v16si)_mm512_setzero_si512();
     const int64_t panel_bytes = kp * PANEL;
     for (int64_t j = 0; j < kp / 4; j++) {
         __m512i line[GROUP];
@@ -205,11 +207,11 @@ static inline __attribute__((always_inline)) void group_vnni512(const uint8_t *a
             if (r >= rows) break;
             const __m512i x = _mm512_set1_epi32(codes4(a + r * kp, j));
             for (int p = 0; p < GROUP; p++)
-                if (p < np) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], x, line[p]);
+                if (p < np) acc[r][p] = (__v16si)_mm512_dpbusd_epi32((__m512i)acc[r][p], x, line[p]);
         }
     }
     for (int r = 0; r < rows; r++)
-        for (int p = 0; p < np; p++) _mm512_storeu_si512(sums + (r * GROUP + p) * PANEL, acc[r][p]);
+        for (int p = 0; p < np; p++) _mm512_storeu_si512(sums + (r * GROUP + p) * PANEL, (__m512i)acc[r][p]);
 }
 #endif
 
@@ -217,9 +219,9 @@ static inline __attribute__((always_inline)) void group_vnni512(const uint8_t *a
 /* 16 ymm registers: two panels (four 8-column halves) and up to two rows at a time. */
 static inline __attribute__((always_inline)) void pair_vnni256(const uint8_t *a, int64_t kp, const int rows,
                                                                const int8_t *w, const int np, int32_t *sums) {
-    __m256i acc[2][4];
+    __v8si acc[2][4];  /* VPDPBUSD's own vector type, as in group_vnni512 */
     for (int r = 0; r < 2; r++)
-        for (int h = 0; h < 4; h++) acc[r][h] = _mm256_setzero_si256();
+        for (int h = 0; h < 4; h++) acc[r][h] = (__v8si)_mm256_setzero_si256();
     const int64_t panel_bytes = kp * PANEL;
     for (int64_t j = 0; j < kp / 4; j++) {
         __m256i line[4];
@@ -227,12 +229,12 @@ static inline __attribute__((always_inline)) void pair_vnni256(const uint8_t *a,
             line[h] = _mm256_loadu_si256((const __m256i *)(w + (h / 2) * panel_bytes + j * 4 * PANEL + (h % 2) * 32));
         for (int r = 0; r < rows; r++) {
             const __m256i x = _mm256_set1_epi32(codes4(a + r * kp, j));
-            for (int h = 0; h < 2 * np; h++) acc[r][h] = dpbusd256(acc[r][h], x, line[h]);
+            for (int h = 0; h < 2 * np; h++) acc[r][h] = (__v8si)dpbusd256((__m256i)acc[r][h], x, line[h]);
         }
     }
     for (int r = 0; r < rows; r++)
         for (int h = 0; h < 2 * np; h++)
-            _mm256_storeu_si256((__m256i *)(sums + (r * GROUP + h / 2) * PANEL + (h % 2) * 8), acc[r][h]);
+            _mm256_storeu_si256((__m256i *)(sums + (r * GROUP + h / 2) * PANEL + (h % 2) * 8), (__m256i)acc[r][h]);
 }
 
 static void group_vnni256(const uint8_t *a, int64_t kp, int rows, const int8_t *w, int np, int32_t *sums) {
@@ -382,6 +384,47 @@ static Path path_for(int isa) {
     return (Path){amax_portable, codes_portable, group_portable, store_portable};
 }
 
+/* Rows [r0, r1) of `a` (rows `row_bytes` apart) → their codes and scales. */
+static void quantize_rows(Path path, const void *a, int64_t row_bytes, int dtype, int64_t k, int64_t kp, int64_t r0,
+                          int64_t r1, uint8_t *codes, float *xscale) {
+    for (int64_t r = r0; r < r1; r++)
+        xscale[r] = quantize_row(path.amax, path.codes, (const char *)a + r * row_bytes, dtype, k, kp, codes + r * kp);
+}
+
+/* One call's operands, shared by the work items. */
+typedef struct {
+    Path path;
+    const uint8_t *codes;  /* [m, kp] activation codes + 128 */
+    const float *xscale;   /* [m] */
+    const int8_t *w;
+    const int32_t *corr;
+    const float *wscale, *bias;
+    void *out;
+    int64_t m, n, kp, panels;
+    int dtype;
+} Job;
+
+/* Work item `g`: every row against panels [4g, 4g + 4), ROWS rows per pass over them. */
+static void run_group(const Job *job, int64_t g) {
+    int32_t sums[ROWS * GROUP * PANEL] __attribute__((aligned(64)));
+    const int64_t p0 = g * GROUP, m = job->m, n = job->n, kp = job->kp;
+    const size_t elem = job->dtype ? 2 : 4;
+    const int np = job->panels - p0 < GROUP ? (int)(job->panels - p0) : GROUP;
+    const int8_t *w = job->w + p0 * kp * PANEL;
+    for (int64_t r = 0; r < m; r += ROWS) {
+        const int rows = m - r < ROWS ? (int)(m - r) : ROWS;
+        job->path.pass(job->codes + r * kp, kp, rows, w, np, sums);
+        for (int i = 0; i < rows; i++)
+            for (int p = 0; p < np; p++) {
+                const int64_t col = (p0 + p) * PANEL;
+                const Columns c = {job->corr + col, job->wscale + col, job->bias ? job->bias + col : NULL};
+                const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
+                job->path.store(sums + (i * GROUP + p) * PANEL, c, job->xscale[r + i],
+                                (char *)job->out + ((r + i) * n + col) * elem, job->dtype, cols);
+            }
+    }
+}
+
 /* out [m, n] (dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart, same dtype) times the packed weight. */
 int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_t *corr, const float *wscale,
                 const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads) {
@@ -389,35 +432,27 @@ int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_
         || isa > int8_gemm_best_isa())
         return 1;
     const int64_t kp = (k + 3) & ~(int64_t)3, panels = (n + PANEL - 1) / PANEL, groups = (panels + GROUP - 1) / GROUP;
-    const size_t elem = dtype ? 2 : 4;
-    uint8_t *codes = malloc((size_t)(m * kp) + (size_t)m * sizeof(float));
+    const size_t elem = dtype ? 2 : 4, bytes = (size_t)(m * kp) + (size_t)m * sizeof(float);
+    uint8_t small[4096] __attribute__((aligned(64)));  /* decode rows: no malloc */
+    uint8_t *codes = bytes <= sizeof small ? small : malloc(bytes);
     if (!codes) return 2;
     float *xscale = (float *)(codes + m * kp);  /* m * kp is a multiple of 4 */
     const Path path = path_for(isa);
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (m >= 32)
-    for (int64_t r = 0; r < m; r++)
-        xscale[r] = quantize_row(path.amax, path.codes, (const char *)a + r * lda * elem, dtype, k, kp, codes + r * kp);
-    /* Few groups (a small layer) are not worth waking a second thread for. */
-    const int threads = groups < 2 * nthreads ? 1 : nthreads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t g = 0; g < groups; g++) {
-        int32_t sums[ROWS * GROUP * PANEL] __attribute__((aligned(64)));
-        const int64_t p0 = g * GROUP;
-        const int np = panels - p0 < GROUP ? (int)(panels - p0) : GROUP;
-        const int8_t *w = w_packed + p0 * kp * PANEL;
-        for (int64_t r = 0; r < m; r += ROWS) {
-            const int rows = m - r < ROWS ? (int)(m - r) : ROWS;
-            path.pass(codes + r * kp, kp, rows, w, np, sums);
-            for (int i = 0; i < rows; i++)
-                for (int p = 0; p < np; p++) {
-                    const int64_t col = (p0 + p) * PANEL;
-                    const Columns c = {corr + col, wscale + col, bias ? bias + col : NULL};
-                    const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
-                    path.store(sums + (i * GROUP + p) * PANEL, c, xscale[r + i],
-                                (char *)out + ((r + i) * n + col) * elem, dtype, cols);
-                }
-        }
+    /* Parallel regions only where they pay (a region of one thread still costs about a microsecond). */
+    if (m < 32) {
+        quantize_rows(path, a, lda * elem, dtype, k, kp, 0, m, codes, xscale);
+    } else {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (int64_t r = 0; r < m; r++) quantize_rows(path, a, lda * elem, dtype, k, kp, r, r + 1, codes, xscale);
     }
-    free(codes);
+    const Job job = {path, codes, xscale, w_packed, corr, wscale, bias, out, m, n, kp, panels, dtype};
+    /* Few groups (a small layer) are not worth waking a second thread for. */
+    if (groups < 2 * nthreads) {
+        for (int64_t g = 0; g < groups; g++) run_group(&job, g);
+    } else {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (int64_t g = 0; g < groups; g++) run_group(&job, g);
+    }
+    if (codes != small) free(codes);
     return 0;
 }
