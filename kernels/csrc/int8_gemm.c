@@ -12,8 +12,8 @@
  *
  * Weight layout (`int8_pack` in kernels/cpu_int8.py): K zero-padded to a multiple of 4 and N to whole panels; per
  * panel of 16 output columns, for each group of 4 input features, the 16 columns' 4 bytes side by side -- one
- * 64-byte line, one VPDPBUSD zmm against the row's 4 activation codes broadcast. corr, wscale and bias are fp32 /
- * int32 arrays padded to whole panels too.
+ * 64-byte line, one VPDPBUSD zmm against the row's 4 activation codes broadcast. corr (int32), wscale and bias
+ * (fp32) are padded to whole panels too.
  *
  * `isa` picks the code path (the caller passes `int8_gemm_best_isa()` or less, to test the fallbacks here):
  * 3 AVX512_VNNI (zmm), 2 AVX-VNNI (ymm; also built from AVX512_VNNI + VL, the same instruction EVEX-encoded),
@@ -41,7 +41,7 @@
 #endif
 
 #define MAX_K 65536  /* 255 * 127 * MAX_K < 2^31: the int32 sums cannot wrap */
-#define TINY 1e-30f  /* a row this small quantizes to zeros (127 / amax would overflow) */
+#define TINY 1e-30f  /* a row this small quantizes to zeros (127 / amax overflows below 4e-37) */
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define HAVE_VNNI512 1
@@ -153,10 +153,10 @@ static void codes_avx2(const void *row, int dtype, int64_t k, float inv, uint8_t
 }
 #endif
 
-/* Row `a` (k values) → kp codes (the padding is code 0: it meets zero weights); returns the row's scale. */
 typedef float (*AmaxFn)(const void *row, int dtype, int64_t k);
 typedef void (*CodesFn)(const void *row, int dtype, int64_t k, float inv, uint8_t *q);
 
+/* Row `a` (k values) → kp codes (the padding is code 0: it meets zero weights); returns the row's scale. */
 static float quantize_row(AmaxFn amax_fn, CodesFn codes_fn, const void *a, int dtype, int64_t k, int64_t kp,
                           uint8_t *q) {
     const float amax = amax_fn(a, dtype, k);
@@ -192,7 +192,7 @@ static inline int32_t codes4(const uint8_t *a, int64_t j) {
 
 #if defined(HAVE_VNNI512)
 /* The accumulators are VPDPBUSD's own vector type: as __m512i (vectors of int64) each one converts on every
- * instruction, and GCC 12 then copies and spills them (measured 2x slower at 4-6 rows). */
+ * instruction, and GCC 12 then copies and spills them (measured 1.5-2x slower at 4-6 rows). */
 static inline __attribute__((always_inline)) void group_vnni512(const uint8_t *a, int64_t kp, const int rows,
                                                                 const int8_t *w, const int np, int32_t *sums) {
     __v16si acc[ROWS][GROUP];
@@ -258,22 +258,22 @@ static void group_vnni256(const uint8_t *a, int64_t kp, int rows, const int8_t *
  * VPMADDWD against the row's 4 codes (as int16, repeated) leaves two int32 partial sums per column. */
 static inline __attribute__((always_inline)) void panel_avx2(const uint8_t *a, int64_t kp, const int rows,
                                                              const int8_t *w, int32_t *sums) {
-    __m256i acc[2][4];
+    __v8si acc[2][4];  /* VPMADDWD's own vector type, as in group_vnni512 */
     for (int r = 0; r < 2; r++)
-        for (int q = 0; q < 4; q++) acc[r][q] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; q++) acc[r][q] = (__v8si)_mm256_setzero_si256();
     for (int64_t j = 0; j < kp / 4; j++) {
         __m256i wide[4];
         for (int q = 0; q < 4; q++)
             wide[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + j * 4 * PANEL + q * 16)));
         for (int r = 0; r < rows; r++) {
             const __m256i x = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(codes4(a + r * kp, j))));
-            for (int q = 0; q < 4; q++) acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(wide[q], x));
+            for (int q = 0; q < 4; q++) acc[r][q] += (__v8si)_mm256_madd_epi16(wide[q], x);
         }
     }
     for (int r = 0; r < rows; r++)
         for (int half = 0; half < 2; half++) {
             /* adjacent partial sums: [c0 c1 c4 c5 | c2 c3 c6 c7] of this half, then in column order */
-            const __m256i s = _mm256_hadd_epi32(acc[r][2 * half], acc[r][2 * half + 1]);
+            const __m256i s = _mm256_hadd_epi32((__m256i)acc[r][2 * half], (__m256i)acc[r][2 * half + 1]);
             _mm256_storeu_si256((__m256i *)(sums + r * GROUP * PANEL + half * 8), _mm256_permute4x64_epi64(s, 0xd8));
         }
 }
