@@ -69,25 +69,29 @@ def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None)
 
 
 @functools.cache
-def _vec_isa(cap: str | None) -> VecIsa | None:
-    lib = native_kernels()
-    if lib is None:
-        return None
-    best = VecIsa(lib.vec_gemm_best_isa())
-    if cap is None:
-        return best
+def _cap(value: str | None) -> VecIsa | None:
+    if value is None:
+        return max(VecIsa)
     names = {isa.name.lower(): isa for isa in VecIsa}
-    if cap.lower() == "none":
+    if value.lower() == "none":
         return None
-    if cap.lower() not in names:
-        raise ValueError(f"SPRIG_CPU_ISA={cap!r} is not one of {', '.join([*names, 'none'])}")
-    return min(best, names[cap.lower()])
+    if value.lower() not in names:
+        raise ValueError(f"SPRIG_CPU_ISA={value!r} is not one of {', '.join([*names, 'none'])}")
+    return names[value.lower()]
+
+
+def isa_cap() -> VecIsa | None:
+    """The highest code path `SPRIG_CPU_ISA` allows sprig's vector kernels (read on every call, so tests can set
+    it): the one it names, any when unset, None for `none`; ValueError for a name it does not know."""
+    return _cap(os.environ.get("SPRIG_CPU_ISA") or None)
 
 
 def vec_isa() -> VecIsa | None:
-    """The code path `vec_linear` takes here: the best of this build, capped by SPRIG_CPU_ISA (read on every call,
-    so tests can set it); None without the C kernels or with SPRIG_CPU_ISA=none."""
-    return _vec_isa(os.environ.get("SPRIG_CPU_ISA") or None)
+    """The code path `vec_linear` takes here: the best of this build, capped by SPRIG_CPU_ISA; None without the C
+    kernels or with SPRIG_CPU_ISA=none."""
+    lib = native_kernels()
+    cap = None if lib is None else isa_cap()
+    return None if lib is None or cap is None else min(VecIsa(lib.vec_gemm_best_isa()), cap)
 
 
 def vec_supports(weight: torch.Tensor) -> bool:

@@ -55,6 +55,8 @@ SIGNATURES: dict[str, list] = {
     "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
     "vec_gemm_best_isa": [],
     "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
+    "int8_gemm_best_isa": [],
+    "int8_linear": [_P, _I] + [_P] * 5 + [_I] * 3 + [ctypes.c_int] * 3,
 }
 
 

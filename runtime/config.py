@@ -129,8 +129,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face checkpoint folder (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
-                        help="quantize a full-precision checkpoint's weights at load: int8 or fp8 (e4m3, per row); "
-                             "fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+                        help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
+                             "quantize activations per token too) or fp8 (e4m3, per row); fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
     parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
                         help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
                              "and head (about half the bytes per token)")

@@ -1,8 +1,10 @@
-"""bf16, fp16 and weight-only int8 stay close to the fp32 transformers logits (bounds measured, see notes).
+"""bf16, fp16 and int8 stay close to the fp32 transformers logits (bounds measured, see notes).
 
 Measured on the tiny checkpoints (64 positions): bf16 rel. max error 0.024–0.063, top-1 agreement 0.94–0.98;
-fp16 0.003–0.008, 0.98–1.0; int8 (fp32 activations) 0.041–0.076, 0.91–0.97; int8 + bf16 0.053–0.081, 0.92–0.94.
-The bounds below leave ~1.5x headroom over the worst measured value.
+fp16 0.003–0.008, 0.98–1.0. int8 on sprig's W8A8 kernel (activations quantized per row too; all four tiny
+checkpoints): fp32 activations 0.058–0.111, 0.83–0.97; bf16 0.055–0.107, 0.89–0.94. Weight-only int8 (torch's
+`_weight_int8pack_mm`, where the kernel is off): fp32 0.041–0.076, 0.91–0.97; bf16 0.053–0.081, 0.92–0.94.
+The bounds below leave ~1.5x headroom over the worst measured value (of the error, or of the top-1 disagreement).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from sprig.runtime.model.runner import ModelRunner, SeqInput
 CASES = [  # dtype, quantization, max relative error, min top-1 agreement
     ("bfloat16", None, 0.10, 0.85),
     ("float16", None, 0.012, 0.95),
-    ("float32", "int8", 0.12, 0.85),
-    ("bfloat16", "int8", 0.13, 0.85),
+    ("float32", "int8", 0.17, 0.74),
+    ("bfloat16", "int8", 0.16, 0.83),
 ]
 
 

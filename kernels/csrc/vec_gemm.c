@@ -18,14 +18,11 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "panels.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
-
-#define PANEL 16     /* output columns per panel */
-#define GROUP 4      /* panels one work item reads together: four independent accumulator chains per row */
-#define ROWS 6       /* activation rows per pass over a group's weight (it stays in L2 between passes) */
 
 int vec_gemm_best_isa(void) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -173,30 +170,13 @@ static void group_avx2(const uint16_t *a, int64_t k, int rows, const uint16_t *w
 }
 #endif
 
-/* `kernel` with a constant row count when it reads a whole group: fully unrolled, accumulators in registers. */
-#define WITH_CONSTANT_ROWS(kernel)                                                   \
-    do {                                                                             \
-        if (np != GROUP) {                                                           \
-            kernel(a, k, rows, w, np, sums);                                         \
-            return;                                                                  \
-        }                                                                            \
-        switch (rows) {                                                              \
-            case 1: kernel(a, k, 1, w, GROUP, sums); return;                         \
-            case 2: kernel(a, k, 2, w, GROUP, sums); return;                         \
-            case 3: kernel(a, k, 3, w, GROUP, sums); return;                         \
-            case 4: kernel(a, k, 4, w, GROUP, sums); return;                         \
-            case 5: kernel(a, k, 5, w, GROUP, sums); return;                         \
-            default: kernel(a, k, 6, w, GROUP, sums); return;                        \
-        }                                                                            \
-    } while (0)
-
 /* One pass: `rows` (<= ROWS) activation rows against `np` (<= GROUP) panels, fp32 sums [ROWS][GROUP][PANEL]. */
 static void group_pass(int isa, const uint16_t *a, int64_t k, int rows, const uint16_t *w, int np, float *sums) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #if defined(__AVX512BF16__)
-    if (isa >= 3) WITH_CONSTANT_ROWS(group_bf16);
+    if (isa >= 3) WITH_CONSTANT_ROWS(group_bf16, a, k, rows, w, np, sums);
 #endif
-    if (isa >= 2) WITH_CONSTANT_ROWS(group_avx512);
+    if (isa >= 2) WITH_CONSTANT_ROWS(group_avx512, a, k, rows, w, np, sums);
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
     if (isa >= 1) {

@@ -284,6 +284,7 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    _pack_int8_linears(model, device)
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -302,10 +303,21 @@ def _pack_linear(linear: Linear) -> None:
         linear.pack_for_onednn()
 
 
+def _pack_int8_linears(model: CausalLM, device: str) -> None:
+    """int8 linears of a CPU model onto sprig's W8A8 kernel where it takes them (see `Int8Linear.pack_for_cpu`)."""
+    if torch.device(device).type != "cpu":
+        return
+    packed = [m for m in model.modules() if isinstance(m, Int8Linear) and m.pack_for_cpu() is not None]
+    if packed:
+        host_memory.pack_parameters(nn.ModuleList(packed))  # the re-laid-out weights: one huge-page buffer
+
+
 def _linear_label(module: nn.Module) -> str | None:
     if isinstance(module, Linear):
         return module.kernel.value + ("" if module.isa is None else f" ({module.isa.name.lower()})")
     if isinstance(module, Int8Linear):
+        if module.isa is not None:
+            return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
     return "fp8" if isinstance(module, Fp8Linear) else None
 

@@ -1,6 +1,8 @@
-"""Quantized linears: weight-only int8 (per output row) and fp8 e4m3 (per tensor, per row or 128x128 blocks).
+"""Quantized linears: int8 (per output row) and fp8 e4m3 (per tensor, per row or 128x128 blocks).
 
-Activations stay in the model dtype. fp8 weights come from a checkpoint whose config.json has an fp8
+int8 linears on the CPU run sprig's W8A8 kernel (`kernels/cpu_int8.py`: activations quantized per row at each call,
+exact int32 products) where it takes the model dtype (fp32, bf16), else torch's weight-only `_weight_int8pack_mm`
+(activations in the model dtype). fp8 activations stay in the model dtype. fp8 weights come from a checkpoint whose config.json has an fp8
 `quantization_config` (`Fp8Format.from_config`: vLLM / SGLang `quant_method: fp8` and compressed-tensors float8),
 or from `--quantization fp8`, which quantizes a full-precision checkpoint per output row at load.
 """
@@ -17,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sprig.kernels.cpu_int8 import Int8Isa, Int8Packed, int8_isa, int8_linear, int8_pack, int8_supports
 from sprig.runtime.errors import CheckpointError
 
 QUANTIZATION_METHODS = ("int8", "fp8")
@@ -52,6 +55,24 @@ class Int8Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.dtype = dtype
         self.use_kernel = _int8_kernel_available(dtype)
+        self.isa: Int8Isa | None = None  # the W8A8 kernel's code path, once `pack_for_cpu` chose it
+        for name in Int8Packed._fields:  # the weight in the W8A8 kernel's layout, see pack_for_cpu
+            self.register_buffer(f"packed_{name}", None, persistent=False)
+
+    def pack_for_cpu(self) -> Int8Isa | None:
+        """Re-lay the loaded weight out for sprig's W8A8 kernel where it takes it (at decode sizes it reads half the
+        bytes of the bf16 kernels, see `kernels/csrc/int8_gemm.c`) and drop the plain weight; returns the kernel's
+        code path, or None (torch's path stays) for other dtypes, SPRIG_CPU_ISA=none or no C kernels."""
+        weight = self.weight.detach()
+        if not int8_supports(weight, self.dtype):
+            return None
+        bias = None if self.bias is None else self.bias.detach()
+        # buffers (registered in __init__): the loader moves them onto huge pages
+        self.packed_weight, self.packed_corr, self.packed_scale, self.packed_bias = int8_pack(
+            weight, self.scales.detach(), bias)
+        self.isa = int8_isa()
+        self.weight = nn.Parameter(torch.empty(weight.shape, dtype=torch.int8, device="meta"), requires_grad=False)
+        return self.isa
 
     def load_rows(self, start: int, w: torch.Tensor) -> None:
         """Quantize a full-precision block of rows [start, start + len(w)) into this layer."""
@@ -60,6 +81,9 @@ class Int8Linear(nn.Module):
         self.scales.data[start : start + len(w)].copy_(scale.to(self.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.isa is not None:
+            packed = Int8Packed(self.packed_weight, self.packed_corr, self.packed_scale, self.packed_bias)
+            return int8_linear(x, packed, self.weight.shape[0], self.isa)
         if self.use_kernel and x.device.type == "cpu":
             y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.weight, self.scales)
             y = y.reshape(*x.shape[:-1], -1)
