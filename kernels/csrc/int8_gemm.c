@@ -81,7 +81,10 @@ static inline uint8_t code(float x, float inv) {
 
 static float amax_portable(const void *row, int dtype, int64_t k) {
     float m = 0.0f;
-    for (int64_t i = 0; i < k; i++) m = fmaxf(m, fabsf(load_x(row, dtype, i)));
+    for (int64_t i = 0; i < k; i++) {  /* a compare, not fmaxf: gcc 12 for aarch64 crashes vectorizing that */
+        const float a = fabsf(load_x(row, dtype, i));
+        if (a > m) m = a;  /* NaN is skipped, as fmaxf skips it */
+    }
     return m;
 }
 
