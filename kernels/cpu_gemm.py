@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from enum import IntEnum
 
 import torch
@@ -110,3 +111,25 @@ def vec_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
     chosen = vec_isa() if isa is None else isa
     assert lib is not None and chosen is not None  # vec_supports checked that the library is there
     return _call(lib.vec_linear_bf16, x, packed, bias, int(chosen))
+
+
+def vec_linear_fn(packed: torch.Tensor, bias: torch.Tensor | None,
+                  isa: VecIsa) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`vec_linear` with the weight, bias and path bound once: at decode sizes the per-call Python work is a
+    sizeable part of a small layer's time. The tensors may move storage later (`t.data = ...`), not be replaced."""
+    lib = native_kernels()
+    assert lib is not None  # vec_supports checked that the library is there
+    kernel, code = lib.vec_linear_bf16, int(isa)
+    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or not x.is_contiguous():
+            return _call(kernel, x, packed, bias, code)
+        out = torch.empty((x.shape[0], n), dtype=torch.bfloat16)
+        if x.shape[0] and kernel(x.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                                 out.data_ptr(), x.shape[0], n, k, code, torch.get_num_threads()) != 0:
+            raise RuntimeError(f"vec_linear_bf16 refused a [{x.shape[0]}, {k}] x [{n}, {k}] product")
+        return out
+
+    return linear
+

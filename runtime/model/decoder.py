@@ -6,6 +6,7 @@ gate/up projections are fused (one matmul each) and filled slice by slice from t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,7 +21,7 @@ from sprig.kernels.cpu_gemm import (
     amx_linear,
     amx_supports,
     vec_isa,
-    vec_linear,
+    vec_linear_fn,
     vec_supports,
     vnni_pack,
 )
@@ -60,12 +61,13 @@ class Linear(nn.Module):
         self.isa: VecIsa | None = None  # the vector kernel's code path, with LinearKernel.VEC
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
         self.register_buffer("vnni", None, persistent=False)  # the weight in VNNI pair order, see pack_for_cpu
+        self.fast: Callable[[torch.Tensor], torch.Tensor] | None = None  # the vector kernel, bound to the weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.vnni is not None:
-            if self.kernel is LinearKernel.AMX:
-                return amx_linear(x, self.vnni, self.bias)
-            return vec_linear(x, self.vnni, self.bias, self.isa)
+        if self.fast is not None:
+            return self.fast(x)
+        if self.kernel is LinearKernel.AMX:
+            return amx_linear(x, self.vnni, self.bias)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -80,6 +82,8 @@ class Linear(nn.Module):
             self.kernel = LinearKernel.AMX if amx_supports(weight) else LinearKernel.VEC
             self.isa = vec_isa() if self.kernel is LinearKernel.VEC else None
             self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
+            if self.isa is not None:
+                self.fast = vec_linear_fn(self.vnni, self.bias, self.isa)
             self._drop_plain_weight()
         return self.kernel
 
