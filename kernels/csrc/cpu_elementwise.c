@@ -63,15 +63,6 @@ static inline __m512 load16(const void *p, int64_t n, int dtype) {
     return _mm512_cvtph_ps(h);
 }
 
-// Round-to-nearest-even bf16 bits of 16 floats (in the low halves of 32-bit lanes); NaN as torch writes it.
-static inline __m512i bf16_bits(__m512 f) {
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-}
-
 // 16 floats to bf16, rounded to nearest even. The AVX512_BF16 instruction does it in one step but flushes
 // denormals to zero (torch keeps them), so a vector holding a denormal takes the integer path.
 static inline __m256i to_bf16(__m512 f) {

@@ -324,14 +324,7 @@ static void store_avx512(const int32_t *sums, Columns c, float xs, void *out, in
         _mm512_mask_storeu_ps(out, mask, y);
         return;
     }
-    /* float_to_bf16 in 16 lanes: nearest even, NaN as 0x7fc0 */
-    const __m512i u = _mm512_castps_si512(y);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-    _mm256_mask_storeu_epi16(out, mask, _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(out, mask, _mm512_cvtepi32_epi16(bf16_bits(y)));  /* float_to_bf16 in 16 lanes */
 }
 #endif
 

@@ -43,11 +43,7 @@ static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t 
     if (bias)
         f = _mm512_add_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(
                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)bias)), 16)));
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
-    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(r));
+    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(bf16_bits(f)));
 #else
     for (int i = 0; i < PANEL; i++)
         dst[i] = float_to_bf16(sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f));
