@@ -78,13 +78,16 @@ class Linear(nn.Module):
         (at decode sizes it streams the weight 1.5-2x faster than oneDNN, see `kernels/csrc/vec_gemm.c`).
         Returns the kernel chosen: TORCH when neither takes the weight (bf16 only, whole 16-column panels)."""
         weight = self.weight.detach()
-        if amx_supports(weight) or vec_supports(weight):
-            self.kernel = LinearKernel.AMX if amx_supports(weight) else LinearKernel.VEC
-            self.isa = vec_isa() if self.kernel is LinearKernel.VEC else None
-            self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
-            if self.isa is not None:
-                self.fast = vec_linear_fn(self.vnni, self.bias, self.isa)
-            self._drop_plain_weight()
+        if amx_supports(weight):
+            self.kernel = LinearKernel.AMX
+        elif vec_supports(weight):
+            self.kernel, self.isa = LinearKernel.VEC, vec_isa()
+        else:
+            return self.kernel
+        self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
+        if self.isa is not None:
+            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa)
+        self._drop_plain_weight()
         return self.kernel
 
     def pack_for_onednn(self) -> None:

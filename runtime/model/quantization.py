@@ -56,6 +56,7 @@ class Int8Linear(nn.Module):
         self.dtype = dtype
         self.use_kernel = _int8_kernel_available(dtype)
         self.isa: Int8Isa | None = None  # the W8A8 kernel's code path, once `pack_for_cpu` chose it
+        self.packed: Int8Packed | None = None  # the packed_* buffers below, once `pack_for_cpu` filled them
         for name in Int8Packed._fields:  # the weight in the W8A8 kernel's layout, see pack_for_cpu
             self.register_buffer(f"packed_{name}", None, persistent=False)
 
@@ -70,6 +71,8 @@ class Int8Linear(nn.Module):
         # buffers (registered in __init__): the loader moves them onto huge pages
         self.packed_weight, self.packed_corr, self.packed_scale, self.packed_bias = int8_pack(
             weight, self.scales.detach(), bias)
+        # The same tensors as one tuple, so a call does no buffer lookups (they keep their objects when moved).
+        self.packed = Int8Packed(self.packed_weight, self.packed_corr, self.packed_scale, self.packed_bias)
         self.isa = int8_isa()
         self.weight = nn.Parameter(torch.empty(weight.shape, dtype=torch.int8, device="meta"), requires_grad=False)
         return self.isa
@@ -81,9 +84,8 @@ class Int8Linear(nn.Module):
         self.scales.data[start : start + len(w)].copy_(scale.to(self.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.isa is not None:
-            packed = Int8Packed(self.packed_weight, self.packed_corr, self.packed_scale, self.packed_bias)
-            return int8_linear(x, packed, self.weight.shape[0], self.isa)
+        if self.packed is not None:
+            return int8_linear(x, self.packed, self.weight.shape[0], self.isa)
         if self.use_kernel and x.device.type == "cpu":
             y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.weight, self.scales)
             y = y.reshape(*x.shape[:-1], -1)
