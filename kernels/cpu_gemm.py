@@ -15,6 +15,7 @@ from collections.abc import Callable
 from enum import IntEnum
 
 import torch
+import torch.nn.functional as F
 
 from sprig.kernels.cpu_native import amx_enabled, native_kernels
 
@@ -33,14 +34,17 @@ class VecIsa(IntEnum):
 
 
 def vnni_pack(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] bf16 → [N/16, K/2, 16, 2]: per 16 output columns (a panel) and per pair of inputs, the 16 columns'
-    pairs side by side; a 64-byte line per pair, the order VDPBF16PS and AMX B tiles read."""
+    """[N, K] bf16 → [ceil(N/16), K/2, 16, 2]: per 16 output columns (a panel) and per pair of inputs, the 16
+    columns' pairs side by side; a 64-byte line per pair, the order VDPBF16PS and AMX B tiles read. A last partial
+    panel is padded with zero rows (the kernels write only the N real columns)."""
     n, k = weight.shape
-    return weight.view(n // PANEL, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+    weight = F.pad(weight, (0, 0, 0, -n % PANEL))
+    return weight.view(-1, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
 
 
-def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, *extra: int) -> torch.Tensor:
-    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
+def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, n: int,
+          *extra: int) -> torch.Tensor:
+    k = packed.shape[1] * 2
     # At decode sizes this wrapper costs as much as a small layer's kernel: no view or copy unless needed.
     x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
     m = x2.shape[0]
@@ -66,7 +70,7 @@ def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None)
     """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on AMX tiles."""
     lib = native_kernels()
     assert lib is not None  # amx_supports checked that AMX (so the library) is there
-    return _call(lib.amx_linear_bf16, x, packed, bias)
+    return _call(lib.amx_linear_bf16, x, packed, bias, packed.shape[0] * PANEL)
 
 
 @functools.cache
@@ -96,38 +100,39 @@ def vec_isa() -> VecIsa | None:
 
 
 def vec_supports(weight: torch.Tensor) -> bool:
-    """Whether `vec_linear` can take this [out, in] weight: bf16 on the CPU, whole 16-column panels, an even
-    number of inputs, the C kernels built."""
-    n, k = weight.shape
-    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % PANEL == 0 and k % 2 == 0
+    """Whether `vec_linear` can take this [out, in] weight: bf16 on the CPU, an even number of inputs, the C
+    kernels built."""
+    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and weight.shape[1] % 2 == 0
             and vec_isa() is not None)
 
 
 def vec_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-               isa: VecIsa | None = None) -> torch.Tensor:
+               isa: VecIsa | None = None, n: int | None = None) -> torch.Tensor:
     """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on vector units
-    (`isa` defaults to `vec_isa()`)."""
+    (`isa` defaults to `vec_isa()`; `n`, the weight's rows, to the packed rows, which is N unless N % 16)."""
     lib = native_kernels()
     chosen = vec_isa() if isa is None else isa
     assert lib is not None and chosen is not None  # vec_supports checked that the library is there
-    return _call(lib.vec_linear_bf16, x, packed, bias, int(chosen))
+    return _call(lib.vec_linear_bf16, x, packed, bias, packed.shape[0] * PANEL if n is None else n, int(chosen))
 
 
-def vec_linear_fn(packed: torch.Tensor, bias: torch.Tensor | None,
-                  isa: VecIsa) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`vec_linear` with the weight, bias and path bound once: at decode sizes the per-call Python work is a
-    sizeable part of a small layer's time. The tensors may move storage later (`t.data = ...`), not be replaced."""
+def vec_linear_fn(packed: torch.Tensor, bias: torch.Tensor | None, isa: VecIsa,
+                  n: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`vec_linear` with the weight (of `n` rows), bias and path bound once: at decode sizes the per-call Python
+    work is a sizeable part of a small layer's time. The tensors may move storage later (`t.data = ...`), not be
+    replaced."""
     lib = native_kernels()
     assert lib is not None  # vec_supports checked that the library is there
-    kernel, code = lib.vec_linear_bf16, int(isa)
-    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
+    code = int(isa)
+    k = packed.shape[1] * 2
 
     def linear(x: torch.Tensor) -> torch.Tensor:
+        # The kernel is looked up on every call (not bound): a CPU graph capture swaps the library's functions.
         if x.dim() != 2 or not x.is_contiguous():
-            return _call(kernel, x, packed, bias, code)
+            return _call(lib.vec_linear_bf16, x, packed, bias, n, code)
         out = torch.empty((x.shape[0], n), dtype=torch.bfloat16)
-        if x.shape[0] and kernel(x.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                                 out.data_ptr(), x.shape[0], n, k, code, torch.get_num_threads()) != 0:
+        if x.shape[0] and lib.vec_linear_bf16(x.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                                              out.data_ptr(), x.shape[0], n, k, code, torch.get_num_threads()) != 0:
             raise RuntimeError(f"vec_linear_bf16 refused a [{x.shape[0]}, {k}] x [{n}, {k}] product")
         return out
 

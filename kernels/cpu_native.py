@@ -19,7 +19,10 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -57,6 +60,10 @@ SIGNATURES: dict[str, list] = {
     "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "int8_gemm_best_isa": [],
     "int8_linear": [_P, _I] + [_P] * 5 + [_I] * 3 + [ctypes.c_int] * 3,
+    # graph.c, driven by runtime/model/cpu_graph.py
+    "graph_kernel_id": [ctypes.c_char_p],
+    "graph_call_size": [],
+    "run_graph": [_P, _I],
 }
 
 
@@ -144,6 +151,38 @@ def native_kernels() -> ctypes.CDLL | None:
     except RuntimeError as e:
         log.warning("could not build sprig's CPU kernels, using the torch attention path: %s", e)
         return None
+
+
+KernelCall = Callable[[str, tuple, int], None]
+_recording = threading.Lock()  # one recording at a time: it swaps the library's functions
+
+
+@contextmanager
+def recording_calls(lib: ctypes.CDLL, on_call: KernelCall) -> Iterator[None]:
+    """While active, every kernel this thread calls through `lib` still runs, and then `on_call(name, args,
+    status)` sees it; other threads' calls pass through unseen. Wrappers must look their kernel up on `lib` at
+    call time (not keep the function object) for their calls to be seen."""
+    thread = threading.get_ident()
+    originals = {name: getattr(lib, name) for name in SIGNATURES}
+
+    def recorder(name: str, fn: Callable[..., int]) -> Callable[..., int]:
+        def call(*args):
+            status = fn(*args)
+            if threading.get_ident() == thread:
+                on_call(name, args, status)
+            return status
+
+        call.__name__ = name
+        return call
+
+    with _recording:
+        for name, fn in originals.items():
+            setattr(lib, name, recorder(name, fn))
+        try:
+            yield
+        finally:
+            for name, fn in originals.items():
+                setattr(lib, name, fn)
 
 
 @functools.cache

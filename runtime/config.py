@@ -165,7 +165,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="sample forced grammar tokens one by one instead of appending them at once")
     parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
-    parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly on CUDA")
+    parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly: no CUDA graphs, and on the CPU no "
+                        "recorded C-kernel graphs")
     parser.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
                         help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
     parser.add_argument("--speculative-draft-model-path", default=None,
@@ -181,7 +182,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-disable-adaptive", action="store_true",
                         help="always propose the full number of draft tokens (no back-off on rejections)")
     parser.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
-                        help="largest decode batch replayed from a CUDA graph")
+                        help="largest decode batch replayed from a graph (CUDA, or "
+                        "recorded C-kernel calls on the CPU)")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:

@@ -87,12 +87,13 @@ def test_amx_supported_shapes_and_dtypes():
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 13, 64])
-@pytest.mark.parametrize(("k", "n"), [(64, 16), (768, 1280), (2048, 48), (6, 80)])
+@pytest.mark.parametrize(("k", "n"), [(64, 16), (768, 1280), (2048, 48), (6, 80), (96, 40), (64, 2100)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_vec_matches_the_fp32_product_to_bf16_rounding(isa, m, k, n, bias):
-    """Every row count of a pass (1-6) and several passes; groups of 4 panels and a last group of 1-3; a bias."""
+    """Every row count of a pass (1-6) and several passes; groups of 4 panels and a last group of 1-3; a last
+    panel of fewer than 16 columns (40, and a 2,100-row vocabulary); a bias."""
     x, w, b, ref = _case(m, k, n, bias)
-    out = vec_linear(x, vnni_pack(w), b, isa)
+    out = vec_linear(x, vnni_pack(w), b, isa, n)
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
     assert _close(out, ref)
 
@@ -123,7 +124,7 @@ def test_sprig_cpu_isa_caps_the_vector_path(monkeypatch):
 @needs_kernels
 def test_vec_supported_shapes_and_dtypes():
     assert vec_supports(torch.zeros(48, 96, dtype=torch.bfloat16))
-    assert not vec_supports(torch.zeros(40, 96, dtype=torch.bfloat16))  # 40 output columns: not whole panels
+    assert vec_supports(torch.zeros(40, 96, dtype=torch.bfloat16))  # a last panel of 8 columns, zero-padded
     assert not vec_supports(torch.zeros(48, 95, dtype=torch.bfloat16))  # an odd number of inputs
     assert not vec_supports(torch.zeros(48, 96, dtype=torch.float16))
 

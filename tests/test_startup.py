@@ -19,8 +19,8 @@ from sprig.runtime.model.checkpoints import checkpoint_path
 from sprig.runtime.router.policy import PolicyConfig, Selector
 from sprig.runtime.router.workers import HealthSettings, WorkerPool
 
-LABELS = ("model", "dtype", "device", "attention backend", "linear kernels", "threads", "KV pool", "radix cache",
-          "grammar backend", "tensor parallel", "speculative", "data parallel")
+LABELS = ("model", "dtype", "device", "attention backend", "linear kernels", "decode graphs", "threads", "KV pool",
+          "radix cache", "grammar backend", "tensor parallel", "speculative", "data parallel")
 
 
 def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
@@ -38,6 +38,7 @@ def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
     assert block["dtype"].startswith("float32 (--dtype float32)")
     assert re.fullmatch(r"(cpu|torch) \(.+\)", block["attention backend"])
     assert re.fullmatch(r"torch x \d+", block["linear kernels"])  # fp32: F.linear (sprig's CPU kernels take bf16)
+    assert block["decode graphs"].startswith("off (")  # fp32 linears run in torch (or no C kernels: torch backend)
     assert block["threads"] == "1 (--num-threads)"
     assert re.fullmatch(r"8192 tokens, \d+\.\d\d GiB, page size 16", block["KV pool"])
     assert block["radix cache"].startswith("off")

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "amx.h"
+#include "kernels.h"
 
 #ifdef SPRIG_AMX
 #include <sys/syscall.h>

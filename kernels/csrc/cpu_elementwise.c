@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "kernels.h"
 #include "kv_quant.h"
 
 #define MAX_HEAD_DIM 1024  // rotary embedding's per-token cos/sin buffer

@@ -35,6 +35,7 @@
 
 #include "bf16.h"
 #include "panels.h"
+#include "kernels.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>

@@ -20,6 +20,7 @@
 
 #include "bf16.h"
 #include "amx_attention.h"
+#include "kernels.h"
 #include "kv_quant.h"
 
 #define MAX_GROUP 32

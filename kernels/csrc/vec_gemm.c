@@ -6,8 +6,8 @@
  * set-up and no horizontal sums, so a decode step costs about what reading its weights costs.
  *
  * Weight layout (`vnni_pack` in kernels/cpu_gemm.py, the same bytes as the AMX layout): per block of 16 output
- * columns (a panel), for each pair of input features (2j, 2j + 1), the 16 columns' pairs side by side -- 32 bf16,
- * one 64-byte line. One line times a broadcast activation pair is one VDPBF16PS; without AVX512_BF16 the line's
+ * columns (a panel; the last one padded with zero rows when N is not a multiple of 16), for each pair of input
+ * features (2j, 2j + 1), the 16 columns' pairs side by side -- 32 bf16, one 64-byte line. One line times a broadcast activation pair is one VDPBF16PS; without AVX512_BF16 the line's
  * even and odd halves widen to fp32 by a shift and a mask, so AVX-512F and AVX2 read the same layout.
  *
  * `isa` picks the code path (the caller passes `vec_gemm_best_isa()` or less, to test the fallbacks here):
@@ -19,6 +19,7 @@
 
 #include "bf16.h"
 #include "panels.h"
+#include "kernels.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -36,18 +37,21 @@ int vec_gemm_best_isa(void) {
 #endif
 }
 
-/* Round a panel's 16 fp32 sums (+ bias) to bf16 (nearest even, NaN as torch writes it) and store them. */
-static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t *bias) {
+/* Round a panel's first `cols` fp32 sums (+ bias) to bf16 (nearest even, NaN as torch writes it) and store them:
+ * all 16 but in the last panel of an output size that is not a multiple of 16. */
+static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t *bias, int cols) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-    __m512 f = _mm512_loadu_ps(sums);
-    if (bias)
-        f = _mm512_add_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)bias)), 16)));
-    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(bf16_bits(f)));
-#else
-    for (int i = 0; i < PANEL; i++)
-        dst[i] = float_to_bf16(sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f));
+    if (cols == PANEL) {
+        __m512 f = _mm512_loadu_ps(sums);
+        if (bias)
+            f = _mm512_add_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)bias)), 16)));
+        _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(bf16_bits(f)));
+        return;
+    }
 #endif
+    for (int i = 0; i < cols; i++)
+        dst[i] = float_to_bf16(sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f));
 }
 
 /* ---- portable C: the reference the vector paths are tested against, and the path on other CPUs ---- */
@@ -186,9 +190,9 @@ static void group_pass(int isa, const uint16_t *a, int64_t k, int rows, const ui
 
 int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, uint16_t *out, int64_t m,
                     int64_t n, int64_t k, int isa, int nthreads) {
-    if (m <= 0 || n % PANEL != 0 || k % 2 != 0 || isa < 0 || isa > vec_gemm_best_isa())
+    if (m <= 0 || n <= 0 || k % 2 != 0 || isa < 0 || isa > vec_gemm_best_isa())
         return 1;
-    const int64_t panels = n / PANEL, groups = (panels + GROUP - 1) / GROUP;
+    const int64_t panels = (n + PANEL - 1) / PANEL, groups = (panels + GROUP - 1) / GROUP;
     /* Few groups (a small layer) are not worth waking a second thread for. */
     const int threads = groups < 2 * nthreads ? 1 : nthreads;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -201,9 +205,11 @@ int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
             const int rows = m - r < ROWS ? (int)(m - r) : ROWS;
             group_pass(isa, a + r * k, k, rows, w, np, sums);
             for (int i = 0; i < rows; i++)
-                for (int p = 0; p < np; p++)
-                    store_panel(out + (r + i) * n + (p0 + p) * PANEL, sums + (i * GROUP + p) * PANEL,
-                                bias ? bias + (p0 + p) * PANEL : NULL);
+                for (int p = 0; p < np; p++) {
+                    const int64_t col = (p0 + p) * PANEL;
+                    store_panel(out + (r + i) * n + col, sums + (i * GROUP + p) * PANEL, bias ? bias + col : NULL,
+                                n - col < PANEL ? (int)(n - col) : PANEL);
+                }
         }
     }
     return 0;

@@ -111,8 +111,7 @@ class EngineCore:
             min_new_token_ratio=0.15 * config.schedule_conservativeness,
         ))
         self.runner = ModelRunner(self.model, self.pool) if self.tp is None else self.tp.runner()
-        if config.device.startswith("cuda") and not config.disable_cuda_graph and self.tp is None:
-            self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
+        self.graphs_off = self._enable_decode_graphs(config)
         self.sampler = Sampler(seed=config.random_seed, device=config.device)
         self.vocab_size = self.model_config.vocab_size
         self.eos_token_ids = tuple(self.model_config.eos_token_ids) or (
@@ -124,6 +123,26 @@ class EngineCore:
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
+
+    def _enable_decode_graphs(self, config: EngineConfig) -> str | None:
+        """Decode steps from graphs: CUDA graphs on CUDA, recorded C-kernel calls on the CPU. Returns why there
+        are none, or None."""
+        if config.disable_cuda_graph:
+            return "--disable-cuda-graph"
+        if self.tp is not None:
+            return "tensor parallel"
+        if config.device.startswith("cuda"):
+            self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
+            return None
+        if self.model.ops.name != "cpu":
+            return f"the {self.model.ops.name} kernel backend"
+        if self.model.graph_blocker is not None:
+            return self.model.graph_blocker
+        # Where the C kernel attends shared-prefix groups (AMX), a graph would attend each row alone: graphs only
+        # for batch 1, which has no groups.
+        max_bs = 1 if self.model.ops.uses_decode_split else config.cuda_graph_max_bs
+        self.runner.enable_decode_graphs(self.context_length, max_bs, use_graphs=True)
+        return None
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:

@@ -33,6 +33,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("device", cfg.device),
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),
         ("linear kernels", core.model.linear_kernels),
+        ("decode graphs", _graphs_fact(core)),
         ("threads", threads),
         ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
@@ -40,6 +41,14 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("tensor parallel", str(cfg.tp_size)),
         ("speculative", _speculative_fact(cfg)),
     ]
+
+
+def _graphs_fact(core: EngineCore) -> str:
+    runner = core.runner.graph_runner
+    if runner is None:
+        return f"off ({core.graphs_off})"
+    kind = "recorded C-kernel calls, captured by each size's first step" if runner.on_cpu else "CUDA graphs"
+    return f"{kind}, batch sizes up to {runner.batch_sizes[-1]}"
 
 
 def _speculative_fact(cfg: EngineConfig) -> str:

@@ -1,9 +1,12 @@
-"""Decode steps replayed from CUDA graphs: static input buffers, batch sizes padded to a captured size.
+"""Decode steps replayed from graphs: static input buffers, batch sizes padded to a captured size.
 
 A decode step is the same kernels with the same shapes every time once the batch is padded to one of a few
 sizes and page tables are padded to the longest context, so it can be captured once per size and replayed
 with no Python or launch overhead. Padding rows write their K/V into a scratch page that no request owns.
-With `use_graphs=False` the same static-buffer path runs eagerly: that is how it is tested on a CPU.
+On CUDA the graphs are CUDA graphs, all captured at start-up. On the CPU they are `cpu_graph.CpuGraph`s (the
+forward's C-kernel calls), each captured by the first step of its size, which is itself a real step; a size whose
+forward cannot be captured runs eagerly from the same buffers. With `use_graphs=False` the static-buffer path
+runs eagerly.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.runtime.model.cpu_graph import CpuGraph, GraphCaptureError, capture
 from sprig.runtime.model.decoder import CausalLM, ForwardBatch
 from sprig.runtime.model.kv_pool import KVPool
 
@@ -45,7 +49,11 @@ class DecodeGraphRunner:
         self.rows = torch.arange(b, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
-        if use_graphs:
+        self.cpu_graphs: dict[int, CpuGraph] = {}
+        self.on_cpu = self.device.type == "cpu"
+        self.use_graphs = use_graphs
+        self.capture_error: str | None = None  # why CPU graphs are off (the first capture that failed)
+        if use_graphs and not self.on_cpu:
             self.capture_all()
 
     # --- eligibility ---------------------------------------------------------------------------------
@@ -63,7 +71,7 @@ class DecodeGraphRunner:
     def _batch(self, b: int) -> ForwardBatch:
         meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], (),
                                  decode_lens=self.lens[:b])
-        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, self.rows[:b])
+        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None)
 
     def _fill(self, seqs: Sequence, b: int) -> None:
         """Copy this step's inputs into the static buffers; rows past len(seqs) become harmless padding."""
@@ -107,6 +115,27 @@ class DecodeGraphRunner:
         torch.cuda.synchronize()
         logger.info("captured decode CUDA graphs for batch sizes %s", self.batch_sizes)
 
+    def _forward(self, b: int) -> torch.Tensor:
+        return self.model(self._batch(b), self.pool.k_caches, self.pool.v_caches, self.pool.k_scales,
+                          self.pool.v_scales)
+
+    def _cpu_graph_step(self, b: int) -> torch.Tensor:
+        """Replay size b's CPU graph, capturing it on its first step (a real step: its logits are used). The
+        first capture that fails turns CPU graphs off: what stopped it (an op in torch) is the same at any size."""
+        graph = self.cpu_graphs.get(b)
+        if graph is not None:
+            graph.replay()
+            return self.outputs[b]
+        if self.capture_error is not None:
+            return self._forward(b)
+        try:
+            self.outputs[b], self.cpu_graphs[b] = capture(lambda: self._forward(b))
+        except GraphCaptureError as e:
+            self.capture_error = str(e)
+            logger.warning("CPU decode graphs are off, decode steps run eagerly: %s", e)
+            return self._forward(b)  # the failed capture may have stopped halfway: this step runs again
+        return self.outputs[b]
+
     def run(self, seqs: Sequence) -> torch.Tensor:
         """Next-token logits [len(seqs), vocab] for a decode-only step."""
         b = self.bucket(len(seqs))
@@ -114,4 +143,6 @@ class DecodeGraphRunner:
         if b in self.graphs:
             self.graphs[b].replay()
             return self.outputs[b][: len(seqs)]
-        return self.model(self._batch(b), self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales)[: len(seqs)]
+        if self.use_graphs and self.on_cpu:
+            return self._cpu_graph_step(b)[: len(seqs)]
+        return self._forward(b)[: len(seqs)]

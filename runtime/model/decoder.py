@@ -38,7 +38,7 @@ class ForwardBatch:
     positions: torch.Tensor  # int64 [T]
     out_slots: torch.Tensor  # int64 [T]: pool slot receiving each token's K/V
     attn: AttentionMetadata
-    logits_rows: torch.Tensor  # int64 [R]: rows whose next-token logits are wanted
+    logits_rows: torch.Tensor | None  # int64 [R]: rows whose next-token logits are wanted; None: every row
 
 
 class LinearKernel(Enum):
@@ -86,7 +86,7 @@ class Linear(nn.Module):
             return self.kernel
         self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
         if self.isa is not None:
-            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa)
+            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa, weight.shape[0])
         self._drop_plain_weight()
         return self.kernel
 
@@ -236,6 +236,7 @@ class CausalLM(nn.Module):
         vocab_rows = self.plan.vocab_rows
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, vocab_rows, False, dtype)
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
+        self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
@@ -252,8 +253,9 @@ class CausalLM(nn.Module):
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
             x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # the model has layers
-        x = x.index_select(0, batch.logits_rows)
-        residual = residual.index_select(0, batch.logits_rows)
+        if batch.logits_rows is not None:
+            x = x.index_select(0, batch.logits_rows)
+            residual = residual.index_select(0, batch.logits_rows)
         x, _ = self.norm.add_and_norm(x, residual)
         logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)

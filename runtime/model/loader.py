@@ -291,6 +291,7 @@ def load_model(
             _pack_linear(m)
         host_memory.pack_parameters(nn.ModuleList(linears))  # re-laid-out weights and biases: one huge-page buffer
     model.linear_kernels = _describe_linears(model)
+    model.graph_blocker = _graph_blocker(model)
     model.eval()
     return model
 
@@ -320,6 +321,22 @@ def _linear_label(module: nn.Module) -> str | None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
     return "fp8" if isinstance(module, Fp8Linear) else None
+
+
+def _in_c(module: nn.Module) -> bool:
+    """Whether a linear layer runs one of sprig's C kernels (which a CPU graph can replay)."""
+    if isinstance(module, Linear):
+        return module.kernel in (LinearKernel.AMX, LinearKernel.VEC)
+    return isinstance(module, Int8Linear) and module.isa is not None
+
+
+def _graph_blocker(model: CausalLM) -> str | None:
+    """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
+    if model.lm_head is None:
+        return "the LM head is the tied embedding, multiplied by F.linear"
+    labels = {_linear_label(m) for m in model.modules() if isinstance(m, Linear | Int8Linear | Fp8Linear)
+              and not _in_c(m)}
+    return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 
 
 def _describe_linears(model: CausalLM) -> str:

@@ -90,7 +90,8 @@ class ModelRunner:
             positions=torch.tensor(positions, dtype=torch.int64, device=dev),
             out_slots=torch.tensor(slots, dtype=torch.int64, device=dev),
             attn=attn.to(dev),
-            logits_rows=torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+            # Ascending rows, so as many as there are tokens is every row: no gather (every row of a decode step)
+            logits_rows=None if len(logits_rows) == t else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
         )
         return batch, row_start, row_count
 
