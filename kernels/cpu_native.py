@@ -45,6 +45,7 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES: dict[str, list] = {
     "paged_decode_attention": [_P] * 6 + [_I] * 6 + [_F, ctypes.c_int, ctypes.c_int] + [_P] * 3 + [_I]
     + [ctypes.c_int, _P, _P],
+    "find_groups": [_P, _P, _I, _I, _I, _P, _P, _P, _P],
     # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
     "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
     "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],

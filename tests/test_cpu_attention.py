@@ -177,6 +177,34 @@ def test_groups_merged_with_each_rows_own_pages_match_the_reference(vector_lib, 
                                rtol=TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_the_kernel_finds_the_groups_the_metadata_would(vector_lib, page_size):
+    """Callers that pass no groups (the CPU backend, a CPU graph) get them found in C by the same rule."""
+    _, _, _, meta = _grouped_case(6, 8, 2, 64, page_size)
+    pages, lens, b = meta.decode_pages, meta.decode_lens, meta.decode_pages.shape[0]
+    rows, offsets, shared = (torch.zeros(n, dtype=torch.int64) for n in (b, b + 1, b))
+    scratch = torch.zeros(b, dtype=torch.int8)
+    n = vector_lib.find_groups(pages.data_ptr(), lens.data_ptr(), b, pages.shape[1], page_size, rows.data_ptr(),
+                               offsets.data_ptr(), shared.data_ptr(), scratch.data_ptr())
+    found = {(frozenset(rows[offsets[g]:offsets[g + 1]].tolist()), int(shared[g])) for g in range(n)}
+    split = meta.decode_split
+    assert split is not None
+    assert found == {(frozenset(g.rows.tolist()), len(g.pages)) for g in split.groups}
+
+
+@pytest.mark.parametrize(("hq", "hkv", "d"), GQA)
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_groups_found_by_the_kernel_match_the_reference(vector_lib, hq, hkv, d, page_size):
+    """bf16 rows sharing leading pages, no groups given: with AVX512_BF16 the kernel attends each group's shared
+    keys once for all its rows on vector units and merges them with each row's own (else every row reads all its
+    pages); either way the reference's result, to bf16 rounding."""
+    q, k_cache, v_cache, meta = _grouped_case(9, hq, hkv, d, page_size)
+    out = paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, page_size, d**-0.5,
+                                 lib=vector_lib)
+    torch.testing.assert_close(out.float(), _reference(q, k_cache, v_cache, meta, d**-0.5), atol=TOL[torch.bfloat16],
+                               rtol=TOL[torch.bfloat16])
+
+
 def test_groups_are_ignored_where_the_kernel_has_no_group_path(vector_lib):
     """fp32 (no AMX product) reads every row's pages itself: the same result as without groups."""
     q, k_cache, v_cache, meta = _grouped_case(8, 8, 2, 64, 16)

@@ -10,9 +10,10 @@
 // scale per (slot, kv head) in k_scale / v_scale [num_slots, Hkv]: a key's scale multiplies its score, a value's
 // its softmax weight, so the codes are widened but never scaled element by element.
 //
-// Rows that share leading pages through the radix tree may come in groups: their shared keys are attended once
-// per group as matrix products (amx_attention.c), each row then walks only its own pages and merges the two
-// parts by log-sum-exp.
+// Rows that share leading pages through the radix tree are attended in groups: their shared keys once per group,
+// as matrix products on AMX (amx_attention.c, for the groups the caller passes) or on vector units for the groups
+// found here (group_attention.c); each row then walks only its own pages and merges the two parts by
+// log-sum-exp.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,11 +21,12 @@
 
 #include "bf16.h"
 #include "amx_attention.h"
+#include "decode_vec.h"
+#include "group_attention.h"
 #include "kernels.h"
 #include "kv_quant.h"
 
 #define MAX_GROUP 32
-#define MAX_DIM 256
 #define MAX_QHEADS 64  // query heads one call of the vector path takes (its accumulators live on the stack)
 
 // Copy n elements of type `dtype` at `src` into floats.
@@ -81,8 +83,6 @@ static inline void finish_row(float *row, int64_t D, float m, float l, const flo
     const float inv = 1.0f / (l * w_own + w_shared);
     for (int64_t d = 0; d < D; d++) row[d] = (row[d] * w_own + shared[d] * w_shared) * inv;
 }
-
-#define CHUNK 64
 
 // One sequence, one kv head: its G query heads attend to `len` keys spread over `pages`. Keys are scored a chunk
 // at a time so the softmax rescale and the exponentials run once per chunk, over contiguous scores.
@@ -147,53 +147,7 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
 }
 
 #ifdef __AVX512F__
-#include <immintrin.h>
-
-#include "vec_exp.h"
-
-// 16 elements of `dtype` at p as floats.
-static inline __m512 load16(const void *p, int dtype) {
-    if (dtype == 0) return _mm512_loadu_ps(p);
-    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    if (dtype == 1) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-}
-
-// 16 one-byte codes at p as floats, without their scale; e4m3 comes out 2^-8 times its value (its bits placed
-// in an fp16: sign, then exponent and mantissa 8 bits down), which KV_UNIT folds back into the scale.
-static inline __m512 load16_codes(const void *p, int kv_dtype) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)p);
-    if (kv_dtype == KV_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-    const __m256i w = _mm256_cvtepu8_epi16(b);
-    if (kv_dtype == KV_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));  // e5m2 is an fp16's top byte
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-    return _mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7)));
-}
-
-#define KV_UNIT(kv_dtype) ((kv_dtype) == KV_E4M3 ? 256.0f : 1.0f)
-
-#define PREFETCH 8
-
-static inline void prefetch_row(const char *p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
-
-// The sums of 16 vectors, in order, as one vector: a transpose-and-add tree (45 instructions instead of 16
-// horizontal reductions of ~8 each).
-static inline __m512 sum16(const __m512 v[16]) {
-    __m512 t[4];
-    for (int b = 0; b < 4; b++) {
-        const __m512 *w = v + 4 * b;
-        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(w[0], w[1]), _mm512_unpackhi_ps(w[0], w[1]));
-        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(w[2], w[3]), _mm512_unpackhi_ps(w[2], w[3]));
-        const __m512d a = _mm512_castps_pd(s01), c = _mm512_castps_pd(s23);
-        t[b] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, c)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, c)));
-    }  // t[b], 128-bit lane L: the partial sums of v[4b..4b+3] over their elements 4L..4L+3
-    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x44), _mm512_shuffle_f32x4(t[0], t[1], 0xEE));
-    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x44), _mm512_shuffle_f32x4(t[2], t[3], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
-}
-
+#include "decode_vec.h"
 // Scaled scores of a chunk's n keys stored as codes (qv holds the queries times the softmax scale), 16 keys at
 // a time: each key is widened once and dotted with all G query heads of its kv head, the 16 partial vectors of a
 // query head are reduced by sum16, and each key's own scale multiplies its lane. Lanes past n repeat key 0 and
@@ -381,6 +335,7 @@ static int attend_fast(const void *q, const void *k_cache, const void *v_cache, 
         return 0;
     return 1;
 }
+
 #else
 static int attend_fast(const void *q, const void *k_cache, const void *v_cache, void *out, const int64_t *pages,
                        int64_t begin, int64_t len, int64_t H, int64_t G, int64_t Hkv, int64_t D, int64_t page_size,
@@ -391,18 +346,22 @@ static int attend_fast(const void *q, const void *k_cache, const void *v_cache, 
 #endif
 
 // The shared-prefix part of every group (normalized outputs and log-sum-exps, fp32) into *shared, *shared_lse,
-// and each row's first own key into begin; 0 when done, else nonzero (nothing allocated is kept).
+// and each row's first own key into begin; 0 when done, else nonzero (nothing allocated is kept). On AMX tiles
+// for the caller's groups, else on vector units.
 static int attend_groups(const void *q, const void *k_cache, const void *v_cache, const int64_t *pages,
                          int64_t B, int64_t max_pages, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size,
                          float scale, int num_threads, const int64_t *rows, const int64_t *offsets,
-                         const int64_t *shared_pages, int64_t n_groups, float **shared, float **shared_lse,
-                         int64_t *begin) {
+                         const int64_t *shared_pages, int64_t n_groups, int on_tiles, float **shared,
+                         float **shared_lse, int64_t *begin) {
     *shared = malloc((size_t)(B * Hq * D) * sizeof(float));
     *shared_lse = malloc((size_t)(B * Hq) * sizeof(float));
-    int status = *shared && *shared_lse ? attend_prefix_groups(q, k_cache, v_cache, pages, max_pages, rows, offsets,
-                                                                 shared_pages, n_groups, Hq, Hkv, D, page_size,
-                                                                 scale, *shared, *shared_lse, num_threads)
-                                          : 2;
+    int status = 2;
+    if (*shared && *shared_lse && on_tiles)
+        status = attend_prefix_groups(q, k_cache, v_cache, pages, max_pages, rows, offsets, shared_pages, n_groups,
+                                      Hq, Hkv, D, page_size, scale, *shared, *shared_lse, num_threads);
+    else if (*shared && *shared_lse)
+        status = attend_groups_vec(q, k_cache, v_cache, pages, max_pages, rows, offsets, shared_pages, n_groups, Hq,
+                                   Hkv, D, page_size, scale, *shared, *shared_lse, num_threads);
     if (status != 0) {
         free(*shared);
         free(*shared_lse);
@@ -414,9 +373,34 @@ static int attend_groups(const void *q, const void *k_cache, const void *v_cache
     return 0;
 }
 
+// Groups found here (find_groups) when the caller passes none, attended on vector units where the build has
+// AVX512_BF16; without it, or without groups, every row reads all its pages (the same result).
+static void attend_found_groups(const void *q, const void *k_cache, const void *v_cache, const int64_t *pages,
+                                const int64_t *lens, int64_t B, int64_t max_pages, int64_t Hq, int64_t Hkv,
+                                int64_t D, int64_t page_size, float scale, int num_threads, float **shared,
+                                float **shared_lse, int64_t *begin) {
+#ifdef __AVX512BF16__
+    int64_t *found = malloc((size_t)(3 * B + 1) * sizeof(int64_t));
+    char *taken = malloc((size_t)B);
+    if (found && taken) {
+        int64_t *rows = found, *offsets = found + B, *shared_pages = found + 2 * B + 1;
+        const int n = find_groups(pages, lens, B, max_pages, page_size, rows, offsets, shared_pages, taken);
+        if (n > 0)
+            attend_groups(q, k_cache, v_cache, pages, B, max_pages, Hq, Hkv, D, page_size, scale, num_threads, rows,
+                          offsets, shared_pages, n, 0, shared, shared_lse, begin);
+    }
+    free(found);
+    free(taken);
+#else
+    (void)q, (void)k_cache, (void)v_cache, (void)pages, (void)lens, (void)B, (void)max_pages, (void)Hq, (void)Hkv;
+    (void)D, (void)page_size, (void)scale, (void)num_threads, (void)shared, (void)shared_lse, (void)begin;
+#endif
+}
+
 // Returns 0 on success, 1 when G or D exceed the compiled limits (the caller falls back to torch). Groups
 // (rows, offsets, shared_pages, n_groups; see amx_attention.h) are optional: bf16 with AMX attends their shared
-// pages once per group, anything else ignores them (same result, every row reads all its pages).
+// pages once per group; without them, bf16 rows are grouped here where the build has AVX512_BF16. Anything else
+// ignores groups (the same result: every row reads all its pages).
 int paged_decode_attention(const void *q, const void *k_cache, const void *v_cache, void *out,
                            const int64_t *pages, const int64_t *lens, int64_t B, int64_t max_pages, int64_t Hq,
                            int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype, int num_threads,
@@ -431,7 +415,10 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
     float *shared = NULL, *shared_lse = NULL;
     if (n_groups > 0 && dtype == 1 && kv_dtype == 1)
         attend_groups(q, k_cache, v_cache, pages, B, max_pages, Hq, Hkv, D, page_size, scale, num_threads, rows,
-                      offsets, shared_pages, n_groups, &shared, &shared_lse, begin);
+                      offsets, shared_pages, n_groups, 1, &shared, &shared_lse, begin);
+    else if (dtype == 1 && kv_dtype == 1 && B >= 2)
+        attend_found_groups(q, k_cache, v_cache, pages, lens, B, max_pages, Hq, Hkv, D, page_size, scale,
+                            num_threads, &shared, &shared_lse, begin);
     // Whole sequences (all heads, contiguous reads) per work item when there are enough sequences to keep every
     // thread busy; one kv head per item otherwise (a batch of one still uses every thread).
     int64_t per_item = B >= 2 * (int64_t)num_threads ? MAX_QHEADS / G : 1;

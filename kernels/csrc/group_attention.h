@@ -1,0 +1,18 @@
+// Decode rows that share leading pages through the radix tree, attended once per group (group_attention.c).
+#ifndef SPRIG_GROUP_ATTENTION_H
+#define SPRIG_GROUP_ATTENTION_H
+#include <stdint.h>
+
+#define MIN_SHARED_TOKENS 64  // shorter common prefixes are not worth a separate pass (as in kernels/attention.py)
+
+// Groups of the decode rows (B rows, page tables pages[B, max_pages], keys lens[B]) in the layout of
+// attend_prefix_groups (amx_attention.h); `taken` is B bytes of scratch. Returns the number of groups.
+int find_groups(const int64_t *pages, const int64_t *lens, int64_t B, int64_t max_pages, int64_t page_size,
+                int64_t *rows, int64_t *offsets, int64_t *shared_pages, char *taken);
+
+// attend_prefix_groups on vector units (AVX512_BF16, bf16, head size 64 or 128); nonzero where it cannot run.
+int attend_groups_vec(const uint16_t *q, const void *k_cache, const void *v_cache, const int64_t *pages,
+                      int64_t max_pages, const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
+                      int64_t n_groups, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale,
+                      float *shared, float *shared_lse, int num_threads);
+#endif
