@@ -53,6 +53,8 @@ SIGNATURES: dict[str, list] = {
     "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P],
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
     "extend_attention_amx": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
+    "extend_attention_vec": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
+    "vec_attention_available": [],
     "argmax_rows": [_P, _I, _I, _I, ctypes.c_int, _P, ctypes.c_int],
     "apply_token_bitmask": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int],
     "amx_gemm_available": [],
@@ -193,6 +195,13 @@ def amx_available() -> bool:
     return lib is not None and lib.amx_gemm_available() == 0
 
 
+@functools.cache
+def vec_attention_available() -> bool:
+    """True when the kernel library has the AVX512_BF16 attention paths (grouped decode, prefill / extend)."""
+    lib = native_kernels()
+    return lib is not None and lib.vec_attention_available() == 0
+
+
 def amx_enabled() -> bool:
     """AMX is available and not turned off with SPRIG_AMX=0 (read on every call, so tests can set it)."""
     return os.environ.get("SPRIG_AMX", "1") != "0" and amx_available()
@@ -251,25 +260,27 @@ def decode_attention(
     return torch_decode_attention(qd, k_cache, v_cache, meta, scale, k_scale, v_scale)
 
 
-def extend_attention_amx(
+def extend_attention_native(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
     out: torch.Tensor, lib: ctypes.CDLL | None = None,
 ) -> bool:
-    """Prefill / extend attention of `meta.extends` on AMX tiles, written into `out`; False where the kernel
-    cannot take it (the caller then computes every extend row): not bf16, no AMX (or SPRIG_AMX=0), head size not
-    64 or 128, metadata without `extend_pages`.
+    """Prefill / extend attention of `meta.extends` in C, written into `out`: on AMX tiles where the CPU has them
+    (and SPRIG_AMX is not 0), else on vector units (`vec_attention.c`, where the build has AVX512_BF16). False
+    where neither can take it (the caller then computes every extend row): not bf16, head size not 64 or 128,
+    metadata without `extend_pages`, a CPU without either path.
 
     q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous.
     """
     lib = lib or native_kernels()
     if (lib is None or meta.extend_pages is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype
-            or not amx_enabled() or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
+            or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return False
+    kernel = lib.extend_attention_amx if amx_enabled() else lib.extend_attention_vec
     pages, layout = meta.extend_pages, meta.extend_layout
     assert layout is not None  # set with extend_pages
     _, hq, d = q.shape
-    status = lib.extend_attention_amx(
+    status = kernel(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(),
         pages.shape[1], layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), pages.shape[0], hq,
         k_cache.shape[1], d, meta.page_size, scale, torch.get_num_threads())
@@ -281,9 +292,9 @@ def extend_attention(
     meta: AttentionMetadata, scale: float, out: torch.Tensor, k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> None:
-    """`attention.extend_attention` on AMX tiles where `extend_attention_amx` can (a bf16 pool), else the torch
+    """`attention.extend_attention` in C where `extend_attention_native` can (a bf16 pool), else the torch
     reference."""
-    if meta.extends and not extend_attention_amx(q, k_cache, v_cache, meta, scale, out):
+    if meta.extends and not extend_attention_native(q, k_cache, v_cache, meta, scale, out):
         torch_extend_attention(q, k, v, k_cache, v_cache, meta, scale, out, k_scale, v_scale)
 
 
@@ -292,6 +303,6 @@ def paged_attention(
     meta: AttentionMetadata, scale: float, k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`attention.paged_attention` with decode rows attended by the C kernel and extends on AMX where it can."""
+    """`attention.paged_attention` with decode rows attended by the C kernel and extends in C where it can."""
     return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention,
                                  extend=extend_attention, k_scale=k_scale, v_scale=v_scale)

@@ -233,14 +233,23 @@ def _extend_case(seed: int, hq: int, hkv: int, d: int, page_size: int):
     return q, k, v, k_cache, v_cache, meta
 
 
-@needs_amx
+needs_extend_kernel = pytest.mark.skipif(
+    not amx_available() and not cpu_native.vec_attention_available(),
+    reason="the extend kernel runs on AMX tiles or AVX512_BF16")
+
+
+@needs_extend_kernel
+@pytest.mark.parametrize("amx", ["1", "0"], ids=["amx-if-present", "vector"])
 @pytest.mark.parametrize(("hq", "hkv", "d"), GQA)
 @pytest.mark.parametrize("page_size", [4, 16])
-def test_prefill_and_extend_on_amx_match_the_reference(hq, hkv, d, page_size):
+def test_prefill_and_extend_in_c_match_the_reference(monkeypatch, amx, hq, hkv, d, page_size):
+    """Causal attention of new tokens over their cached and new keys, read in place from the pool: on AMX tiles
+    where the CPU has them, else (and with SPRIG_AMX=0) on vector units."""
+    monkeypatch.setenv("SPRIG_AMX", amx)
     q, k, v, k_cache, v_cache, meta = _extend_case(9, hq, hkv, d, page_size)
     scale = d**-0.5
     out = torch.full(q.shape, float("nan"), dtype=q.dtype)
-    assert cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, scale, out)
+    assert cpu_native.extend_attention_native(q, k_cache, v_cache, meta, scale, out)
     want = ref.paged_attention(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, scale)
     rows = torch.cat([torch.arange(s.token_start, s.token_start + s.extend_len) for s in meta.extends])
     torch.testing.assert_close(out[rows].float(), want[rows], atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
@@ -248,12 +257,13 @@ def test_prefill_and_extend_on_amx_match_the_reference(hq, hkv, d, page_size):
     torch.testing.assert_close(got.float(), want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
 
 
-def test_extends_stay_in_torch_without_amx_or_in_fp32(monkeypatch):
+def test_extends_stay_in_torch_in_fp32_or_without_a_kernel(monkeypatch, generic_lib):
     q, k, v, k_cache, v_cache, meta = _extend_case(10, 8, 2, 64, 16)
     out = torch.empty(q.shape, dtype=q.dtype)
-    assert not cpu_native.extend_attention_amx(q.float(), k_cache.float(), v_cache.float(), meta, 0.125, out.float())
+    assert not cpu_native.extend_attention_native(q.float(), k_cache.float(), v_cache.float(), meta, 0.125,
+                                                  out.float())
     monkeypatch.setenv("SPRIG_AMX", "0")
-    assert not cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, 0.125, out)
+    assert not cpu_native.extend_attention_native(q, k_cache, v_cache, meta, 0.125, out, lib=generic_lib)
     want = ref.paged_attention(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, 0.125)
     got = cpu_native.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(got.float(), want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
@@ -264,8 +274,9 @@ def test_the_kernels_leave_the_callers_denormals_alone(vector_lib):
     the floating-point mode before returning: the caller's arithmetic still produces denormals."""
     q, k_cache, v_cache, meta = _decode_case(11, torch.bfloat16, [30, 200], 8, 2, 64, 16)
     paged_decode_attention(q, k_cache, v_cache, meta.decode_pages, meta.decode_lens, 16, 0.125, lib=vector_lib)
-    if amx_available():
+    if amx_available() or cpu_native.vec_attention_available():
         q, k, v, k_cache, v_cache, meta = _extend_case(12, 8, 2, 64, 16)
-        assert cpu_native.extend_attention_amx(q, k_cache, v_cache, meta, 0.125, torch.empty(q.shape, dtype=q.dtype))
+        assert cpu_native.extend_attention_native(q, k_cache, v_cache, meta, 0.125,
+                                                  torch.empty(q.shape, dtype=q.dtype))
     tiny = torch.tensor([1e-30], dtype=torch.float32) * torch.tensor([1e-10], dtype=torch.float32)
     assert tiny.item() > 0.0  # 1e-40 is denormal: with flush-to-zero left on it would be 0

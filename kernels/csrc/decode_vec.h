@@ -1,4 +1,4 @@
-// What the decode attention kernels share (paged_decode_attention.c, group_attention.c): sizes, and with AVX-512
+// What the decode attention kernels share (paged_decode_attention.c, vec_attention.c): sizes, and with AVX-512
 // the loads that widen pool rows to fp32, prefetching, and the 16-vector reduction.
 #ifndef SPRIG_DECODE_VEC_H
 #define SPRIG_DECODE_VEC_H

@@ -12,7 +12,7 @@
 //
 // Rows that share leading pages through the radix tree are attended in groups: their shared keys once per group,
 // as matrix products on AMX (amx_attention.c, for the groups the caller passes) or on vector units for the groups
-// found here (group_attention.c); each row then walks only its own pages and merges the two parts by
+// found here (vec_attention.c); each row then walks only its own pages and merges the two parts by
 // log-sum-exp.
 #include <math.h>
 #include <stdint.h>
@@ -22,7 +22,7 @@
 #include "bf16.h"
 #include "amx_attention.h"
 #include "decode_vec.h"
-#include "group_attention.h"
+#include "vec_attention.h"
 #include "kernels.h"
 #include "kv_quant.h"
 

@@ -1,9 +1,12 @@
-// Decode rows that share leading pages through the radix tree, attended once per group (group_attention.c).
-#ifndef SPRIG_GROUP_ATTENTION_H
-#define SPRIG_GROUP_ATTENTION_H
+// Decode rows that share leading pages through the radix tree, attended once per group (vec_attention.c).
+#ifndef SPRIG_VEC_ATTENTION_H
+#define SPRIG_VEC_ATTENTION_H
 #include <stdint.h>
 
 #define MIN_SHARED_TOKENS 64  // shorter common prefixes are not worth a separate pass (as in kernels/attention.py)
+
+// 0 when this build has the vector paths below (AVX512_BF16), else 1.
+int vec_attention_available(void);
 
 // Groups of the decode rows (B rows, page tables pages[B, max_pages], keys lens[B]) in the layout of
 // attend_prefix_groups (amx_attention.h); `taken` is B bytes of scratch. Returns the number of groups.
@@ -15,4 +18,11 @@ int attend_groups_vec(const uint16_t *q, const void *k_cache, const void *v_cach
                       int64_t max_pages, const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
                       int64_t n_groups, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale,
                       float *shared, float *shared_lse, int num_threads);
+
+// extend_attention_amx (amx_attention.h) on vector units (AVX512_BF16, head size 64 or 128); nonzero where it
+// cannot run.
+int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
+                         uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
+                         const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
+                         int64_t D, int64_t page_size, float scale, int num_threads);
 #endif
