@@ -10,6 +10,19 @@
 #define MAX_DIM 256  // largest head size
 #define CHUNK 64  // keys scored per softmax update
 
+// The pool slots of keys [t0, t0 + n) of a sequence's pages: one division per chunk (a division per key cost as
+// much as a prefill's scores).
+static inline void chunk_slots(const int64_t *pages, int64_t page_size, int64_t t0, int64_t n, int64_t *slots) {
+    int64_t page = t0 / page_size, off = t0 % page_size;
+    for (int64_t j = 0; j < n; j++) {
+        slots[j] = pages[page] * page_size + off;
+        if (++off == page_size) {
+            off = 0;
+            page++;
+        }
+    }
+}
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 

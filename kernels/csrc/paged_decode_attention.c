@@ -103,9 +103,8 @@ static void attend_one(const void *q, const void *k_cache, const void *v_cache, 
     const size_t slot_stride = (size_t)(Hkv * D) * (kv_quantized(kv_dtype) ? 1 : esize);
     for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
+        chunk_slots(pages, page_size, t0, n, slots);
         for (int64_t j = 0; j < n; j++) {
-            const int64_t t = t0 + j;
-            slots[j] = pages[t / page_size] * page_size + t % page_size;
             load_kv_row(row, (const char *)k_cache + (size_t)slots[j] * slot_stride, D, kv_dtype,
                         kv_scale(k_scale, slots[j], Hkv));
             for (int64_t g = 0; g < G; g++) {
@@ -223,7 +222,7 @@ static inline __attribute__((always_inline)) void attend_avx512(
     const int64_t QH = H * G;
     __m512 qv[MAX_QHEADS][MAX_DIM / 16], acc[MAX_QHEADS][MAX_DIM / 16];
     float s[MAX_QHEADS][CHUNK] __attribute__((aligned(64))), m[MAX_QHEADS], l[MAX_QHEADS];
-    int64_t slots[CHUNK];
+    int64_t slots[CHUNK + PREFETCH];
     const __m512 sc = _mm512_set1_ps(scale);
     for (int64_t qh = 0; qh < QH; qh++) {
         for (int i = 0; i < NV; i++) {
@@ -239,17 +238,14 @@ static inline __attribute__((always_inline)) void attend_avx512(
     const size_t run_bytes = (size_t)H * head_bytes;
     for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
+        // The chunk's slots and the next PREFETCH keys' (cut at len).
+        chunk_slots(pages, page_size, t0, len - t0 < CHUNK + PREFETCH ? len - t0 : CHUNK + PREFETCH, slots);
         for (int64_t j = 0; j < n; j++) {
-            const int64_t t = t0 + j;
-            slots[j] = pages[t / page_size] * page_size + t % page_size;
             // Pages are scattered, so hardware prefetch cannot run ahead: fetch the keys PREFETCH tokens on
             // and this token's values (read after the chunk's softmax) now.
             prefetch_row((const char *)v_cache + (size_t)slots[j] * slot_stride, run_bytes);
-            if (t + PREFETCH < len) {
-                const int64_t u = t + PREFETCH;
-                prefetch_row((const char *)k_cache + (size_t)(pages[u / page_size] * page_size + u % page_size) *
-                                                          slot_stride, run_bytes);
-            }
+            if (t0 + j + PREFETCH < len)
+                prefetch_row((const char *)k_cache + (size_t)slots[j + PREFETCH] * slot_stride, run_bytes);
         }
 #ifdef __AVX512BF16__
         if (dtype == 1 && kv_dtype == 1)

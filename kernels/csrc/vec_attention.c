@@ -84,7 +84,7 @@ static inline __attribute__((always_inline)) void attend_query_block(
     }
     for (int64_t t0 = 0; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
-        for (int64_t j = 0; j < n; j++) slots[j] = pages[(t0 + j) / page_size] * page_size + (t0 + j) % page_size;
+        chunk_slots(pages, page_size, t0, n, slots);
         for (int k = 0; k < nq; k++) {
             for (int64_t j0 = 0; j0 < n; j0 += 16) {
                 __m512 d[16];
