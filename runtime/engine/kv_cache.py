@@ -15,6 +15,8 @@ from sprig.runtime.engine.host_tier import FallbackReason, HiCacheCounters, Host
 from sprig.runtime.engine.request import Request
 from sprig.runtime.model.kv_pool import KVPool, page_slots, slot_pages
 
+SWAP_MAX_TIER_SHARE = 0.25  # a swap may push out at most this share of the host tier's cached prefixes
+
 
 class KVCacheManager:
     """Pages of the device pool, the radix tree over them and, when given, the host tier under the tree."""
@@ -51,7 +53,7 @@ class KVCacheManager:
         result = self.tree.match_prefix(req.fill_ids[:limit], namespace=req.namespace)
         device = len(result.slots)
         if result.host_len and self.host is not None:
-            result = self._load(result)
+            result = self.load(result)
         n = len(result.slots)
         self.tree.lock(result.node)
         req.node = result.node
@@ -64,8 +66,9 @@ class KVCacheManager:
         self.counters.device_hit_tokens += hit.device
         self.counters.host_hit_tokens += hit.host
 
-    def _load(self, result: MatchResult) -> MatchResult:
-        """Bring a match's host-only nodes to the device; the device part alone when there is no room."""
+    def load(self, result: MatchResult) -> MatchResult:
+        """Bring a match's host-only nodes to the device (evicting LRU prefixes for room); the match as it was
+        when there is no room."""
         assert isinstance(self.tree, HiRadixCache) and self.host is not None and result.host_node is not None
         nodes = self.tree.host_path(result)
         host_slots = np.concatenate([n.host_value for n in nodes if n.host_value is not None])
@@ -178,12 +181,14 @@ class KVCacheManager:
         return mode
 
     def _preempt_mode(self, req: Request) -> PreemptMode:
-        """Swap when there is a tier, the context is long enough to be worth a copy, and the tier has room for
-        it without dropping other cached KV (a tier under pressure recomputes)."""
+        """Swap when there is a tier, the context is long enough to be worth a copy, and the tier is not under
+        pressure: the request's own KV fits in free host slots or in a small share of the tier (write-back keeps
+        the tier full of cached prefixes, which a swap, sure to be read back, may push out)."""
         if self.host is None or req.kv_len < max(self.swap_min_tokens, self.page_size):
             return PreemptMode.RECOMPUTE
         own = req.kv_len - req.cached_tokens
-        return PreemptMode.SWAP if self.host.num_free_tokens >= own else PreemptMode.RECOMPUTE
+        fits = own <= max(self.host.num_free_tokens, int(self.host.num_tokens * SWAP_MAX_TIER_SHARE))
+        return PreemptMode.SWAP if fits else PreemptMode.RECOMPUTE
 
     def flush(self) -> None:
         """Empty the tree and the host tier (only when no request holds pages)."""
