@@ -122,7 +122,7 @@ def test_a_full_disk_runs_without_the_tier_and_says_why(path, without_tier, capl
     out, stats = run_with_fault(path, caplog, hicache_size=too_big_gb, hicache_storage_backend="file",
                                 hicache_storage_dir=str(tmp_path))
     assert out == without_tier
-    assert not stats["hicache_enabled"] and stats["hicache_fallbacks"] == {"tier_unavailable": 1}
+    assert not stats["hicache_enabled"] and stats["hicache_fallbacks"]["tier_unavailable"] == 1
     assert "disk full" in caplog.text
     assert list(tmp_path.iterdir()) == []
 
@@ -132,7 +132,7 @@ def test_an_unwritable_cache_file_runs_without_the_tier_and_says_why(path, witho
     blocker.write_text("a file where the cache folder should be")
     out, stats = run_with_fault(path, caplog, hicache_storage_backend="file", hicache_storage_dir=str(blocker))
     assert out == without_tier
-    assert stats["hicache_fallbacks"] == {"tier_unavailable": 1}
+    assert not stats["hicache_enabled"] and stats["hicache_fallbacks"]["tier_unavailable"] == 1
     assert "cannot create the cache file" in caplog.text
 
 
@@ -141,4 +141,4 @@ def test_the_file_backend_serves_like_memory(path, without_tier, tmp_path):
                 hicache_storage_dir=str(tmp_path), **SMALL_POOL) as engine:
         assert outputs(engine, documents_and_questions()) == without_tier
         stats = engine.stats()
-    assert stats["hicache_host_hit_tokens"] > 0 and stats["hicache_fallbacks"] == {}
+    assert stats["hicache_host_hit_tokens"] > 0 and not any(stats["hicache_fallbacks"].values())

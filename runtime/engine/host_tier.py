@@ -58,8 +58,9 @@ class HiCacheCounters:
     load_bytes: int = 0
     offload_time_s: float = 0.0
     load_time_s: float = 0.0
-    preemptions: Counter[PreemptMode] = field(default_factory=Counter)
-    fallbacks: Counter[FallbackReason] = field(default_factory=Counter)
+    # Every key present from the start: /metrics iterates these from another thread while the engine counts.
+    preemptions: Counter[PreemptMode] = field(default_factory=lambda: Counter(dict.fromkeys(PreemptMode, 0)))
+    fallbacks: Counter[FallbackReason] = field(default_factory=lambda: Counter(dict.fromkeys(FallbackReason, 0)))
 
     def fallback(self, reason: FallbackReason, detail: str) -> None:
         """Count a fallback to recompute; the first of each reason is logged as a warning, later ones at debug."""
