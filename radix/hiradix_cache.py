@@ -19,7 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
-from sprig.radix.radix_cache import LRUHeap, MatchResult, RadixCache, TreeNode
+from sprig.radix.lru_heap import LRUHeap
+from sprig.radix.radix_cache import MatchResult, RadixCache, TreeNode
 
 __all__ = ["HiRadixCache", "HostStore"]
 
@@ -63,7 +64,7 @@ class HiRadixCache(RadixCache):
 
     def reset(self) -> None:
         super().reset()
-        self._host_heap = LRUHeap(1, self._is_host_evictable, self._seq)
+        self._host_heap: LRUHeap[TreeNode] = LRUHeap(1, self._is_host_evictable, self._seq)
         self._host_size = 0
         self.store.clear()
 

@@ -17,13 +17,14 @@ Modelled on SGLang's ``RadixCache`` and mini-sglang's radix cache.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import count, takewhile
 
 import numpy as np
+
+from sprig.radix.lru_heap import LRUHeap
 
 __all__ = ["MatchResult", "RadixCache", "Residency", "TreeNode"]
 
@@ -87,39 +88,6 @@ class MatchResult:
     host_len: int = 0  # matched tokens after `slots` whose KV is only on the host tier
 
 
-class LRUHeap:
-    """Least recently used first, lazily invalidated: an entry counts while it is its node's latest (the node's
-    ``heap_seqs[slot]``) and the node still qualifies."""
-
-    def __init__(self, slot: int, qualifies: Callable[[TreeNode], bool], seq: count) -> None:
-        self.slot = slot
-        self.qualifies = qualifies
-        self._seq = seq  # shared by the cache's heaps, so entries are unique and nodes never compared
-        self._items: list[tuple[int, int, TreeNode]] = []
-
-    def push(self, node: TreeNode, bound: int) -> None:
-        """Add ``node`` if it qualifies; ``bound`` caps stale entries before a rebuild."""
-        if node.parent is None or not self.qualifies(node):
-            return
-        node.heap_seqs[self.slot] = next(self._seq)  # any older entry for this node is now stale
-        heapq.heappush(self._items, (node.last_access, node.heap_seqs[self.slot], node))
-        if len(self._items) > 2 * bound + 64:  # bound stale entries: rebuild from valid ones
-            self._items = [e for e in self._items if self._valid(e[2], e[1])]
-            heapq.heapify(self._items)
-
-    def pop(self) -> TreeNode | None:
-        """The least recently used qualifying node, or None when there is none."""
-        while self._items:
-            _, seq, node = heapq.heappop(self._items)
-            if self._valid(node, seq):
-                node.heap_seqs[self.slot] = -1
-                return node
-        return None
-
-    def _valid(self, node: TreeNode, seq: int) -> bool:
-        return node.heap_seqs[self.slot] == seq and not node.evicted and self.qualifies(node)
-
-
 class RadixCache:
     """Prefix tree from token ids to KV slot indices, with ref-count locks and LRU eviction.
 
@@ -179,7 +147,7 @@ class RadixCache:
         self._version += 1
         self._roots: dict[str, TreeNode] = {}
         self._null_root = self._new_root()  # returned by matches in namespaces that hold nothing
-        self._heap = LRUHeap(0, self._is_device_leaf, self._seq)
+        self._heap: LRUHeap[TreeNode] = LRUHeap(0, self._is_device_leaf, self._seq)
         self._clock = 0
         self._evictable_size = 0
         self._protected_size = 0
