@@ -141,10 +141,11 @@ class HostKVPool(PageAllocator):
         after them: the forward that wrote the pages, and the next forward that reads loaded pages or reuses
         offloaded slots. The host thread never waits."""
         assert self._stream is not None
-        self._stream.wait_stream(torch.cuda.current_stream())
+        compute = torch.cuda.current_stream(self._stream.device)  # the pool's device, whatever is current
+        self._stream.wait_stream(compute)
         with torch.cuda.stream(self._stream):
             yield
-        torch.cuda.current_stream().wait_stream(self._stream)
+        compute.wait_stream(self._stream)
 
     def _device_tensors(self) -> list[torch.Tensor]:
         return [self._device_kv] if self._device_scales is None else [self._device_kv, self._device_scales]
