@@ -141,18 +141,20 @@ def test_a_model_with_torch_linears_decodes_eagerly(tiny_paths, caplog):
     assert sum("CPU decode graphs are off" in r.message for r in caplog.records) == 1
 
 
-@pytest.mark.parametrize("options", [{}, {"kv_cache_dtype": "int8"}, {"quantization": "int8"}],
-                         ids=["bf16", "int8-kv", "w8a8"])
+@pytest.mark.parametrize("options", [{}, {"kv_cache_dtype": "int8"}, {"quantization": "int8"},
+                                     {"enable_hierarchical_cache": True, "max_total_tokens": 256}],
+                         ids=["bf16", "int8-kv", "w8a8", "host-tier"])
 def test_engine_output_is_the_same_with_and_without_cpu_graphs(tiny_paths, options):
     """Greedy bf16 generation through the engine: graphs on (the default with the C kernels) and off give the
     same tokens, for a batch whose size changes as requests finish; with a quantized KV pool (its scales are
-    replayed pointers too) and with int8 linears."""
+    replayed pointers too), with int8 linears, and with a host tier under a pool too small for the batch (KV
+    copied back into the pool that replayed calls read by address)."""
     prompts = [list(range(3 + i, 40 + 3 * i)) for i in range(5)]
     params = [{"max_new_tokens": 6 + 4 * i, "temperature": 0, "ignore_eos": True} for i in range(5)]
     outputs = {}
     for disable in (True, False):
-        with Engine(str(tiny_paths["tiny-llama"]), dtype="bfloat16", max_total_tokens=2048,
-                    disable_cuda_graph=disable, random_seed=0, **options) as engine:
+        with Engine(str(tiny_paths["tiny-llama"]), dtype="bfloat16", disable_cuda_graph=disable, random_seed=0,
+                    **{"max_total_tokens": 2048, **options}) as engine:
             outputs[disable] = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
             runner = engine.core.runner.graph_runner
             if not disable:

@@ -1,6 +1,6 @@
 """Greedy fp32 output does not depend on batch composition, cache state, chunk size or preemption, with the KV cache
 in the model dtype or quantized (int8 / fp8 codes: quantization is per token, so the same inputs store the same
-bytes)."""
+bytes), nor on whether evicted or preempted KV went through the host tier."""
 
 from __future__ import annotations
 
@@ -78,4 +78,31 @@ def test_output_survives_preemption(reference):
         assert run_together(engine, prompts) == alone
         stats = engine.stats()
     assert stats["num_preemptions"] > 0
+    assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] == stats["kv_total_tokens"]
+
+
+def test_output_survives_eviction_through_the_host_tier(reference):
+    """A pool far smaller than the prompts: prefixes are evicted to the host tier and loaded back; outputs stay
+    identical, and the tier was really used."""
+    path, prompts, alone, kv = reference
+    with Engine(path, dtype="float32", max_total_tokens=256, page_size=16, chunked_prefill_size=64,
+                kv_cache_dtype=kv, enable_hierarchical_cache=True, hicache_ratio=16) as engine:
+        assert [engine.generate(input_ids=p, sampling_params={"max_new_tokens": m, "temperature": 0,
+                                                              "ignore_eos": True})["output_ids"]
+                for p, m in prompts] == alone
+        stats = engine.stats()
+    assert stats["hicache_offloaded_tokens"] > 0 and stats["hicache_host_hit_tokens"] > 0
+    assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] == stats["kv_total_tokens"]
+
+
+def test_output_survives_swap_preemption(reference):
+    """Preempted requests swap their KV to the host tier and load it back on resume; outputs stay identical."""
+    path, prompts, alone, kv = reference
+    with Engine(path, dtype="float32", max_total_tokens=512, page_size=16, chunked_prefill_size=64,
+                schedule_conservativeness=0.0, kv_cache_dtype=kv, enable_hierarchical_cache=True,
+                hicache_ratio=8, hicache_swap_min_tokens=0) as engine:
+        assert run_together(engine, prompts) == alone
+        stats = engine.stats()
+    assert stats["preemptions_by_mode"]["swap"] > 0
+    assert stats["hicache_loaded_tokens"] > 0
     assert stats["kv_free_tokens"] + stats["cache_evictable_tokens"] == stats["kv_total_tokens"]

@@ -144,7 +144,8 @@ def test_health_metrics_and_server_info(http):
                  "sprig_generation_tokens", "sprig_cached_tokens", "sprig_time_to_first_token_seconds",
                  "sprig_time_per_output_token_seconds", "sprig_e2e_request_latency_seconds",
                  "sprig_kv_cache_usage_ratio", "sprig_cache_hit_rate", "sprig_num_preemptions",
-                 "sprig_grammar_compile_seconds", "sprig_request_errors", "sprig_tenant_requests"):
+                 "sprig_grammar_compile_seconds", "sprig_request_errors", "sprig_tenant_requests",
+                 "sprig_cache_hit_tokens", "sprig_hicache_bytes", "sprig_hicache_seconds", "sprig_preemptions_by_mode"):
         assert name in families, name
     errors = {s.labels["code"] for s in families["sprig_request_errors"].samples if s.name.endswith("_total")}
     assert "invalid_request" in errors

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 import torch
 
 from sprig.kernels.kv_quant import KVCacheDtype
-from sprig.radix import RadixCache
+from sprig.radix import HiRadixCache, RadixCache
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_group import TPGroup
 from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, fill_bitmask
+from sprig.runtime.engine.host_tier import HiCacheCounters, build_host_tier
 from sprig.runtime.engine.kv_cache import KVCacheManager
 from sprig.runtime.engine.request import Logprob, Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
@@ -100,8 +101,11 @@ class EngineCore:
         else:
             assert self.tp.pool is not None
             self.pool = self.tp.pool  # this rank's KV heads, as many slots as the tightest rank allows
-        self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache)
-        self.kv = KVCacheManager(self.pool, self.tree)
+        self.hicache = HiCacheCounters()
+        host = build_host_tier(config, self.pool, self.hicache)
+        self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache) if host is None \
+            else HiRadixCache(host, page_size=config.page_size)
+        self.kv = KVCacheManager(self.pool, self.tree, host, config.hicache_swap_min_tokens, self.hicache)
         self.scheduler = Scheduler(self.kv, SchedulerConfig(
             max_running_requests=config.max_running_requests,
             chunked_prefill_size=config.chunked_prefill_size,

@@ -65,6 +65,7 @@ class Request:
     cached_len: int = 0
     node: TreeNode | None = None
     cached_tokens: int = 0  # prompt tokens served from the cache at first admission (reported)
+    cached_host_tokens: int | None = None  # of those, loaded from the host tier (None: the engine has no tier)
     admitted: bool = False
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
@@ -189,6 +190,9 @@ def _meta(req: Request, finished: bool) -> dict[str, Any]:
         "finish_reason": finish,
         "e2e_latency": end - req.arrival,
     }
+    if req.cached_host_tokens is not None:  # with a host tier: the cached tokens by tier
+        host = req.cached_host_tokens
+        meta["cached_tokens_details"] = {"device": req.cached_tokens - host, "host": host}
     if req.speculative:  # SGLang's names: verify forwards, and tokens added per verify forward
         meta["spec_verify_ct"] = req.spec_verify_ct
         meta["spec_accept_length"] = req.spec_emitted_tokens / req.spec_verify_ct if req.spec_verify_ct else 0.0

@@ -3,8 +3,8 @@
 Each step runs every decoding request (one token each) plus prefill chunks under a token budget. Waiting
 requests are admitted against free + evictable KV with a reserve for the running requests' future tokens, in
 priority order, then longest cached prefix first (arrival order when the queue is long). When decode runs out of
-pages the newest running requests are preempted: their KV is released (cached in the tree where possible),
-their tokens kept, and they are resumed later from the waiting queue.
+pages the newest running requests are preempted: their KV is released (cached in the tree where possible, or
+swapped to the host tier), their tokens kept, and they are resumed later from the waiting queue.
 """
 
 from __future__ import annotations
@@ -115,15 +115,15 @@ class Scheduler:
         return plan
 
     def _preempt(self, req: Request) -> None:
-        """Retract a running request: free its KV (cached where possible) and queue it to resume first."""
+        """Retract a running request: free its KV (cached or swapped where possible) and queue it to resume first."""
         self.running.remove(req)
-        self.kv.release(req, cache=True)
+        mode = self.kv.preempt(req)
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
         self.new_token_ratio = self.config.init_new_token_ratio
-        logger.debug("preempted %s after %d output tokens", req.rid, len(req.output_ids))
+        logger.debug("preempted %s after %d output tokens (%s)", req.rid, len(req.output_ids), mode.value)
 
     # --- admission -------------------------------------------------------------------------------------
     def _future_tokens(self, req: Request) -> int:
@@ -149,7 +149,8 @@ class Scheduler:
         tree = self.kv.tree
         version, fill, matched = req.prefix_memo
         if version != tree.version or fill != req.num_fill:
-            matched = len(tree.match_prefix(req.fill_ids[: self._match_limit(req)], namespace=req.namespace).slots)
+            result = tree.match_prefix(req.fill_ids[: self._match_limit(req)], namespace=req.namespace)
+            matched = len(result.slots) + result.host_len  # a host hit is loaded at admission: nearly as good
             req.prefix_memo = (tree.version, req.num_fill, matched)
         return matched
 
@@ -160,7 +161,7 @@ class Scheduler:
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
-            self.kv.match(req, self._match_limit(req))
+            hit = self.kv.match(req, self._match_limit(req))
             uncached = req.fill_ids[req.kv_len :]
             if len(in_batch.match_prefix(uncached, namespace=req.namespace).slots) >= INBATCH_SHARE_MIN:
                 self.kv.release(req, cache=False)  # next step it will find that prefix in the tree
@@ -175,9 +176,11 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
             req.status = RequestStatus.RUNNING
+            self.kv.count_hit(hit)
             if not req.admitted:
                 req.admitted = True
                 req.cached_tokens = req.kv_len
+                req.cached_host_tokens = hit.host if self.kv.host is not None else None
             plan.append(ScheduledSeq(req, n))
             budget -= n
         return plan

@@ -37,6 +37,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("threads", threads),
         ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
+        ("host KV tier", _host_tier_fact(core)),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
         ("tensor parallel", str(cfg.tp_size)),
         ("speculative", _speculative_fact(cfg)),
@@ -49,6 +50,39 @@ def _graphs_fact(core: EngineCore) -> str:
         return f"off ({core.graphs_off})"
     kind = "recorded C-kernel calls, captured by each size's first step" if runner.on_cpu else "CUDA graphs"
     return f"{kind}, batch sizes up to {runner.batch_sizes[-1]}"
+
+
+def _host_tier_fact(core: EngineCore) -> str:
+    host = core.kv.host
+    if host is not None:
+        pool = host.pool
+        return (f"{host.num_tokens} tokens, {pool.nbytes / 2**30:.2f} GiB, {pool.spec.backend.value}, "
+                f"write-back, swap preemption from {core.kv.swap_min_tokens} tokens")
+    if core.config.enable_hierarchical_cache:
+        return "unavailable, recomputing instead (see the log)"
+    return "off"
+
+
+def hicache_stats(core: EngineCore) -> dict[str, Any]:
+    """The host tier's figures (all zero without one)."""
+    c = core.hicache
+    host = core.kv.host
+    return {
+        "hicache_enabled": host is not None,
+        "hicache_host_total_tokens": host.num_tokens if host is not None else 0,
+        "hicache_host_free_tokens": host.num_free_tokens if host is not None else 0,
+        "hicache_host_cached_tokens": getattr(core.tree, "host_size", 0),
+        "hicache_device_hit_tokens": c.device_hit_tokens,
+        "hicache_host_hit_tokens": c.host_hit_tokens,
+        "hicache_offloaded_tokens": c.offloaded_tokens,
+        "hicache_loaded_tokens": c.loaded_tokens,
+        "hicache_offload_bytes": c.offload_bytes,
+        "hicache_load_bytes": c.load_bytes,
+        "hicache_offload_time_s": c.offload_time_s,
+        "hicache_load_time_s": c.load_time_s,
+        "preemptions_by_mode": {mode.value: n for mode, n in c.preemptions.items()},
+        "hicache_fallbacks": {reason.value: n for reason, n in c.fallbacks.items()},
+    }
 
 
 def _speculative_fact(cfg: EngineConfig) -> str:
@@ -108,5 +142,6 @@ def engine_stats(core: EngineCore) -> dict[str, Any]:
         "page_size": core.pool.page_size,
         "jump_forward_tokens": c.jump_forward_tokens,
         "grammar": core.grammar.stats(),
+        **hicache_stats(core),
         **(core.spec.stats() if core.spec is not None else {}),
     }

@@ -6,6 +6,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from sprig.kernels.kv_quant import SCALE_DTYPE, KVCacheDtype
@@ -23,6 +24,16 @@ class PoolSize:
     @property
     def num_tokens(self) -> int:
         return self.num_pages * self.page_size
+
+
+def page_slots(pages: list[int] | np.ndarray, page_size: int) -> np.ndarray:
+    """The slots (int64) of whole pages, in page order."""
+    return (np.asarray(pages, dtype=np.int64)[:, None] * page_size + np.arange(page_size)).reshape(-1)
+
+
+def slot_pages(slots: np.ndarray, page_size: int) -> list[int]:
+    """The pages of page-aligned slots (the inverse of `page_slots`)."""
+    return (slots[::page_size] // page_size).tolist()
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -76,7 +87,47 @@ def choose_pool_size(
     return size
 
 
-class KVPool:
+class PageAllocator:
+    """A free list of `num_pages` pages handed out lowest first, with a double-free check."""
+
+    def __init__(self, num_pages: int, what: str = "KV pages") -> None:
+        self._num_pages = num_pages
+        self._what = what  # named in the double-free error
+        # A min-heap: a request's pages come out in increasing, mostly adjacent order, so decode attention reads
+        # its prompt's K/V as long runs instead of pages scattered over the whole pool.
+        self._free: list[int] = list(range(num_pages))
+        self._is_free = torch.ones(num_pages, dtype=torch.bool)
+
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free)
+
+    def alloc(self, num_pages: int) -> list[int] | None:
+        """Take `num_pages` pages, or None (and nothing taken) when too few are free."""
+        if num_pages > len(self._free):
+            return None
+        pages = [heapq.heappop(self._free) for _ in range(num_pages)]
+        self._is_free[pages] = False
+        return pages
+
+    def free(self, pages: list[int] | torch.Tensor) -> None:
+        """Return pages; freeing a page twice is a bug and raises."""
+        pages = [int(p) for p in pages]
+        if not pages:
+            return
+        if bool(self._is_free[pages].any()) or len(set(pages)) != len(pages):
+            raise RuntimeError(f"double free of {self._what}")
+        self._is_free[pages] = True
+        for p in pages:
+            heapq.heappush(self._free, p)
+
+    def reset(self) -> None:
+        """Every page free again."""
+        self._free = list(range(self._num_pages))
+        self._is_free.fill_(True)
+
+
+class KVPool(PageAllocator):
     """Per-layer K and V caches [num_pages * page_size, Hkv, D] and a free list of pages.
 
     With a quantized `kv_cache_dtype` the caches hold int8 / fp8 codes and `k_scales` / `v_scales` their bf16
@@ -85,6 +136,7 @@ class KVPool:
 
     def __init__(self, cfg: ModelConfig, size: PoolSize, dtype: torch.dtype, device: str = "cpu",
                  kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO) -> None:
+        super().__init__(size.num_pages)
         self.size = size
         self.page_size = size.page_size
         self.kv_cache_dtype = kv_cache_dtype
@@ -105,10 +157,6 @@ class KVPool:
             self.scales = host_memory.zeros((cfg.num_layers, 2, slots, cfg.num_kv_heads), SCALE_DTYPE, device)
             self.k_scales = [self.scales[i, 0] for i in range(cfg.num_layers)]
             self.v_scales = [self.scales[i, 1] for i in range(cfg.num_layers)]
-        # A min-heap: a request's pages come out in increasing, mostly adjacent order, so decode attention reads
-        # its prompt's K/V as long runs instead of pages scattered over the whole pool.
-        self._free: list[int] = list(range(size.num_pages))
-        self._is_free = torch.ones(size.num_pages, dtype=torch.bool)
 
     @property
     def nbytes(self) -> int:
@@ -117,32 +165,5 @@ class KVPool:
         return self.buffer.numel() * self.buffer.element_size() + scales
 
     @property
-    def num_free_pages(self) -> int:
-        return len(self._free)
-
-    @property
     def num_free_tokens(self) -> int:
         return len(self._free) * self.page_size
-
-    def alloc(self, num_pages: int) -> list[int] | None:
-        """Take `num_pages` pages, or None (and nothing taken) when too few are free."""
-        if num_pages > len(self._free):
-            return None
-        pages = [heapq.heappop(self._free) for _ in range(num_pages)]
-        self._is_free[pages] = False
-        return pages
-
-    def free(self, pages: list[int] | torch.Tensor) -> None:
-        """Return pages; freeing a page twice is a bug and raises."""
-        pages = [int(p) for p in pages]
-        if not pages:
-            return
-        if bool(self._is_free[pages].any()) or len(set(pages)) != len(pages):
-            raise RuntimeError("double free of KV pages")
-        self._is_free[pages] = True
-        for p in pages:
-            heapq.heappush(self._free, p)
-
-    def reset(self) -> None:
-        self._free = list(range(self.size.num_pages))
-        self._is_free.fill_(True)

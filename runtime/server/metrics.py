@@ -47,6 +47,30 @@ class EngineCollector(Collector):
         yield _gauge("sprig_engine_alive", "1 while the engine loop runs", 1.0 if engine.is_alive else 0.0)
         yield from _grammar_metrics(getattr(core, "grammar", None))
         yield from _spec_metrics(getattr(core, "spec", None))
+        yield from _hicache_metrics(core)
+
+
+def _hicache_metrics(core: Any) -> Iterator[Metric]:
+    """Host KV tier figures: hits by tier, bytes and time moved each way, preemptions by mode, fallbacks."""
+    c = core.hicache
+    yield _labelled_counter("sprig_cache_hit_tokens", "Prompt tokens found in the cache at admission, by tier",
+                            "tier", {"device": c.device_hit_tokens, "host": c.host_hit_tokens})
+    yield _labelled_counter("sprig_hicache_bytes", "KV bytes copied between the tiers", "direction",
+                            {"offload": c.offload_bytes, "load": c.load_bytes})
+    yield _labelled_counter("sprig_hicache_seconds", "Time spent copying KV between the tiers", "direction",
+                            {"offload": c.offload_time_s, "load": c.load_time_s})
+    yield _labelled_counter("sprig_preemptions_by_mode", "Preempted requests, by swap or recompute", "mode",
+                            {m.value: n for m, n in c.preemptions.items()})
+    yield _labelled_counter("sprig_hicache_fallbacks", "Times KV was recomputed instead of using the host tier",
+                            "reason", {r.value: n for r, n in c.fallbacks.items()})
+    yield _gauge("sprig_hicache_host_tokens", "Tokens whose KV the host tier holds", getattr(core.tree, "host_size", 0))
+
+
+def _labelled_counter(name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
 
 
 def _spec_metrics(spec: Any) -> Iterator[Metric]:
