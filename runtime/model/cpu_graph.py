@@ -16,7 +16,7 @@ eagerly.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -64,9 +64,6 @@ class CpuGraph:
     names: list[str] = field(repr=False)  # the kernel of each call, for errors
     keep: list[torch.Tensor] = field(repr=False)  # the tensors created during the capture, which the calls use
 
-    def __len__(self) -> int:
-        return len(self.names)
-
     def replay(self) -> None:
         lib = native_kernels()
         assert lib is not None  # a graph was captured, so the library is there
@@ -87,7 +84,7 @@ class _Recorder(TorchDispatchMode):
         self.keep: list[torch.Tensor] = []
         self.failure: str | None = None
 
-    def add(self, name: str, ints: list[int], floats: list[float] = ()) -> None:  # type: ignore[assignment]
+    def add(self, name: str, ints: Sequence[int], floats: Sequence[float] = ()) -> None:
         kernel = self.kernel_ids[name]
         if kernel < 0:
             raise GraphCaptureError(f"the C kernel {name} cannot be replayed from a graph")
