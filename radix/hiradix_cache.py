@@ -89,7 +89,7 @@ class HiRadixCache(RadixCache):
         """Move the unlocked device leaves from ``node`` up to depth ``min_depth`` to the host tier now (a
         swapped-out request's own KV); returns the device slots freed, for the caller's pool."""
         freed: list[np.ndarray] = []
-        depth = _depth(node)
+        depth = node.depth
         while node.parent is not None and depth > min_depth and self._is_device_leaf(node):
             parent = node.parent
             depth -= len(node.key)
@@ -156,11 +156,3 @@ class HiRadixCache(RadixCache):
         """Unlocked with a host copy that can go: a device copy remains, or no descendant depends on it."""
         return node.host_value is not None and node.lock_ref == 0 and (node.on_device or not node.children)
 
-
-def _depth(node: TreeNode) -> int:
-    """Tokens from the root down to the end of ``node``."""
-    n = 0
-    while node.parent is not None:
-        n += len(node.key)
-        node = node.parent
-    return n

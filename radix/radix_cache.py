@@ -64,6 +64,15 @@ class TreeNode:
         return self.parent is None
 
     @property
+    def depth(self) -> int:
+        """Tokens from the root down to the end of this node."""
+        n, node = 0, self
+        while node.parent is not None:
+            n += len(node.key)
+            node = node.parent
+        return n
+
+    @property
     def residency(self) -> Residency:
         if not self.on_device:
             return Residency.HOST

@@ -19,15 +19,6 @@ def slots(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def depth(node: TreeNode) -> int:
-    """Tokens from the root down to ``node``."""
-    n = 0
-    while node.parent is not None:
-        n += len(node.key)
-        node = node.parent
-    return n
-
-
 # ---------------------------------------------------------------- match and insert
 
 
@@ -56,7 +47,7 @@ def test_match_inside_an_edge_splits_the_node() -> None:
     result = cache.match_prefix([1, 2, 9])
     assert result.slots.tolist() == [10, 11]
     assert cache.num_nodes == 2  # [1, 2] -> [3, 4]
-    assert result.node.key.tolist() == [1, 2] and depth(result.node) == 2
+    assert result.node.key.tolist() == [1, 2] and result.node.depth == 2
     (lower,) = result.node.children.values()
     assert lower.key.tolist() == [3, 4] and lower.value.tolist() == [12, 13]
     assert cache.total_size == 4  # splitting moves no tokens
@@ -348,7 +339,7 @@ class RadixAgainstOracle(RuleBasedStateMachine):
         result = self.cache.match_prefix(tokens, namespace=ns)
         expected = self.oracle_match(ns, tokens)
         assert result.slots.tolist() == expected
-        assert depth(result.node) == len(expected)
+        assert result.node.depth == len(expected)
         return result.node, expected
 
     # -- rules
