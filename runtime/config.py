@@ -53,6 +53,10 @@ class EngineConfig:
     tp_size: int = 1
     disable_jump_forward: bool = False
     disable_cuda_graph: bool = False
+    # Overlap schedule (SGLang's name): the next step is scheduled and the last one's stop checks run while the
+    # forward runs. On by default on CUDA; on the CPU the forward uses every core, so it is off unless enabled.
+    disable_overlap_schedule: bool = False
+    enable_overlap_schedule: bool = False
     cuda_graph_max_bs: int = 64
     grammar_workers: int = 2
     grammar_backend: str = "llguidance"  # or "outlines" (eager token automata; no ebnf)
@@ -97,6 +101,12 @@ class EngineConfig:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
             raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
+        if self.disable_overlap_schedule and self.enable_overlap_schedule:
+            raise ValueError("enable_overlap_schedule and disable_overlap_schedule contradict each other")
+        if self.enable_overlap_schedule and self.speculative_algorithm is not None:
+            raise ValueError("enable_overlap_schedule does not combine with speculative_algorithm")
+        if self.enable_overlap_schedule and self.enable_hierarchical_cache:
+            raise ValueError("enable_overlap_schedule does not combine with enable_hierarchical_cache")
         self._validate_speculative()
         self._validate_hicache()
         check_device(self.device)
@@ -210,6 +220,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly: no CUDA graphs, and on the CPU no "
                         "recorded C-kernel graphs")
+    parser.add_argument("--disable-overlap-schedule", action="store_true",
+                        help="run each step's scheduling and stop checks between forwards, not beside them")
+    parser.add_argument("--enable-overlap-schedule", action="store_true",
+                        help="overlap scheduling with the forward on the CPU too (default there: off)")
     parser.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
                         help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
     parser.add_argument("--speculative-draft-model-path", default=None,

@@ -1,6 +1,6 @@
 """Greedy fp32 output does not depend on batch composition, cache state, chunk size or preemption, with the KV cache
 in the model dtype or quantized (int8 / fp8 codes: quantization is per token, so the same inputs store the same
-bytes), nor on whether evicted or preempted KV went through the host tier."""
+bytes), nor on whether evicted or preempted KV went through the host tier, nor on the overlap schedule."""
 
 from __future__ import annotations
 
@@ -56,8 +56,10 @@ def reference(request, tiny_paths):
         {"max_total_tokens": 8192, "chunked_prefill_size": 4096},
         {"max_total_tokens": 8192, "page_size": 1},
         {"max_total_tokens": 8192, "chunked_prefill_size": 32, "disable_mixed_chunk": True},
+        {"max_total_tokens": 8192, "enable_overlap_schedule": True},
+        {"max_total_tokens": 8192, "chunked_prefill_size": 16, "page_size": 1, "enable_overlap_schedule": True},
     ],
-    ids=["cache", "no-cache", "chunk16", "chunk4096", "page1", "alternating"],
+    ids=["cache", "no-cache", "chunk16", "chunk4096", "page1", "alternating", "overlap", "overlap-chunk16-page1"],
 )
 def test_batched_output_equals_each_request_alone(reference, options):
     path, prompts, alone, kv = reference
@@ -70,11 +72,13 @@ def test_batched_output_equals_each_request_alone(reference, options):
         assert stats["cached_tokens"] > 0
 
 
-def test_output_survives_preemption(reference):
-    """A pool too small for all 64 requests at once forces preemption; outputs stay identical."""
+@pytest.mark.parametrize("overlap", [False, True], ids=["serial", "overlap"])
+def test_output_survives_preemption(reference, overlap):
+    """A pool too small for all 64 requests at once forces preemption; outputs stay identical, also when the
+    overlap schedule preempts requests whose step is still running."""
     path, prompts, alone, kv = reference
     with Engine(path, dtype="float32", max_total_tokens=512, page_size=16, chunked_prefill_size=64,
-                schedule_conservativeness=0.0, kv_cache_dtype=kv) as engine:
+                schedule_conservativeness=0.0, kv_cache_dtype=kv, enable_overlap_schedule=overlap) as engine:
         assert run_together(engine, prompts) == alone
         stats = engine.stats()
     assert stats["num_preemptions"] > 0

@@ -76,7 +76,8 @@ def assert_every_page_has_one_owner(engine: Engine) -> None:
 HICACHE = {"enable_hierarchical_cache": True, "hicache_ratio": 2.0, "hicache_swap_min_tokens": 32}
 
 
-@pytest.mark.parametrize("options", [{}, HICACHE], ids=["device-only", "host-tier"])
+@pytest.mark.parametrize("options", [{}, HICACHE, {"enable_overlap_schedule": True}],
+                         ids=["device-only", "host-tier", "overlap"])
 def test_soak_finishes_everything_and_leaks_nothing(tiny_paths, options):
     with Engine(str(tiny_paths["tiny-llama"]), dtype="float32", max_total_tokens=1024, page_size=16,
                 chunked_prefill_size=128, max_running_requests=64, random_seed=0, **options) as engine:
@@ -91,6 +92,6 @@ def test_soak_finishes_everything_and_leaks_nothing(tiny_paths, options):
     assert s["running"] == 0 and s["waiting"] == 0
     assert s["cache_protected_tokens"] == 0
     assert s["kv_free_tokens"] + s["cache_evictable_tokens"] + s["cache_protected_tokens"] == s["kv_total_tokens"]
-    if options:
+    if options is HICACHE:
         assert s["hicache_host_hit_tokens"] > 0 and s["hicache_offloaded_tokens"] > 0
         assert s["hicache_host_cached_tokens"] + s["hicache_host_free_tokens"] == s["hicache_host_total_tokens"]

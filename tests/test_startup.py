@@ -19,7 +19,8 @@ from sprig.runtime.model.checkpoints import checkpoint_path
 from sprig.runtime.router.policy import PolicyConfig, Selector
 from sprig.runtime.router.workers import HealthSettings, WorkerPool
 
-LABELS = ("model", "dtype", "device", "attention backend", "linear kernels", "decode graphs", "threads", "KV pool",
+LABELS = ("model", "dtype", "device", "attention backend", "linear kernels", "decode graphs",
+          "overlap schedule", "threads", "KV pool",
           "radix cache", "host KV tier", "grammar backend", "tensor parallel", "speculative", "data parallel")
 
 

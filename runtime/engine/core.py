@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -50,7 +50,32 @@ class EngineCounters:
     decode_steps: int = 0
     decode_batch_tokens: int = 0
     jump_forward_tokens: int = 0
+    forward_gap_time: float = 0.0  # from the end of one forward to the start of the next, while busy
+    forward_gaps: int = 0
     recent_step_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One scheduled row, with what it does fixed before its KV length advances."""
+
+    seq: ScheduledSeq
+    first_pos: int  # kv_len before the step
+    prompt_logprobs: bool  # the step's logits give prompt logprobs
+    completes: bool  # the step computes the last known token: a token is sampled (or the prompt-only request ends)
+
+    @property
+    def req(self) -> Request:
+        return self.seq.req
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """A token the overlap schedule fed to the next step before running its stop checks (done beside that step)."""
+
+    req: Request
+    token: int
+    logprob: Logprob | None
 
 
 @dataclass(frozen=True)
@@ -127,6 +152,24 @@ class EngineCore:
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
+        self.overlap_off = self._overlap_off_reason(config)
+        # One side thread does a step's stop checks and the next step's scheduling while the forward runs here.
+        self._side = ThreadPoolExecutor(1, "sprig-overlap") if self.overlap_off is None else None
+        self._next_plan: list[ScheduledSeq] | None = None  # scheduled beside the last forward
+        self._deferred: list[_Sampled] = []  # sampled by the last step, stop checks pending
+        self._last_forward_end: float | None = None
+
+    def _overlap_off_reason(self, config: EngineConfig) -> str | None:
+        """Why steps run one after another (None: the overlap schedule is on)."""
+        if config.disable_overlap_schedule:
+            return "--disable-overlap-schedule"
+        if not config.enable_overlap_schedule and not config.device.startswith("cuda"):
+            return "off by default on the CPU, where the forward uses every core (--enable-overlap-schedule)"
+        if self.spec is not None:
+            return "speculative decoding"  # why: the next step's input depends on how many drafts are accepted
+        if self.kv.host is not None:
+            return "the host KV tier"  # why: its loads and write-backs copy pool pages on the scheduling thread
+        return None
 
     def _enable_decode_graphs(self, config: EngineConfig) -> str | None:
         """Decode steps from graphs: CUDA graphs on CUDA, recorded C-kernel calls on the CPU. Returns why there
@@ -173,11 +216,13 @@ class EngineCore:
 
     def has_work(self) -> bool:
         # A failed tensor-parallel group counts as work so an idle loop wakes up and step() reports it.
-        return self.scheduler.has_work() or (self.tp is not None and self.tp.failed)
+        return self.scheduler.has_work() or bool(self._deferred) or (self.tp is not None and self.tp.failed)
 
     def shutdown(self) -> None:
         """Release what outlives the loop thread: the mask worker and the other tensor-parallel ranks."""
         self.masks.shutdown()
+        if self._side is not None:
+            self._side.shutdown(wait=True)
         if self.tp is not None:
             self.tp.shutdown()
 
@@ -193,21 +238,89 @@ class EngineCore:
         """Run one scheduling step; returns the requests whose output changed."""
         if self.tp is not None:
             self.tp.raise_if_failed()
+        if self._side is not None:
+            return self._step_overlapped()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan:
+            self._last_forward_end = None
             return []
         drafts = self._propose(plan)
+        rows = self._rows(plan)
         seqs = [self._seq_input(s, drafts.get(s.req)) for s in plan]
         sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
         masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # on CUDA beside the forward; on CPU filled when taken
-        t1 = time.perf_counter()
-        out = self.runner.forward(seqs)
-        self.counters.model_time += time.perf_counter() - t1
-        updated = self._process(plan, out, _PendingMasks(sampling, masks), drafts)
+        out = self._forward(seqs)
+        self._advance(rows, lag=False)
+        updated = self._finish_rows(rows, out, _PendingMasks(sampling, masks), drafts, defer=False)
         self._count_step(plan, time.perf_counter() - t0)
         self.counters.computed_tokens += sum(len(d.tokens) for d in drafts.values())
         return updated
+
+    def _step_overlapped(self) -> list[Request]:
+        """A step whose forward runs while the side thread does the last step's stop checks (detokenizing,
+        stop strings, retiring) and schedules the next step. The next step is planned before this one's tokens
+        are known: each sampling row counts one token of `lag`, resolved when the token is sampled. A request
+        that this step's stop checks finish still rides in the next step; its row is then dropped unsampled."""
+        t0 = time.perf_counter()
+        plan = [s for s in self._next_plan or () if not s.req.finished]  # finished or aborted since planned
+        self._next_plan = None
+        updated: list[Request] = []
+        if not plan:
+            updated = self._check_sampled(self._take_deferred())  # nothing to run beside them
+            plan = self.scheduler.schedule()
+            if not plan:
+                self._last_forward_end = None
+                return updated
+        rows = self._rows(plan)
+        seqs = [self._seq_input(s) for s in plan]
+        sampling = [s.req for s in plan if self._will_sample(s)]
+        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)
+        self._advance(rows, lag=True)
+        side = self._side_work(self._take_deferred())
+        try:
+            out = self._forward(seqs)
+        finally:
+            checked, self._next_plan = side.result()  # why: the side thread owns the scheduler until it is done
+        updated += checked
+        updated += self._finish_rows(rows, out, _PendingMasks(sampling, masks), {}, defer=True)
+        self._count_step(plan, time.perf_counter() - t0)
+        return updated
+
+    def _side_work(self, sampled: list[_Sampled]) -> Future[tuple[list[Request], list[ScheduledSeq]]]:
+        """The last step's stop checks, then the next step's plan, on the side thread."""
+        assert self._side is not None
+        return self._side.submit(lambda: (self._check_sampled(sampled), self.scheduler.schedule()))
+
+    def _take_deferred(self) -> list[_Sampled]:
+        taken, self._deferred = self._deferred, []
+        return taken
+
+    def _forward(self, seqs: list[SeqInput]) -> StepOutput:
+        t1 = time.perf_counter()
+        if self._last_forward_end is not None:
+            self.counters.forward_gap_time += t1 - self._last_forward_end
+            self.counters.forward_gaps += 1
+        out = self.runner.forward(seqs)
+        self._last_forward_end = time.perf_counter()
+        self.counters.model_time += self._last_forward_end - t1
+        return out
+
+    def _rows(self, plan: list[ScheduledSeq]) -> list[_Row]:
+        return [_Row(s, s.req.kv_len, self._wants_prompt_logprobs(s), s.completes_fill) for s in plan]
+
+    def _advance(self, rows: list[_Row], lag: bool) -> None:
+        """Count the step's tokens as computed, share finished prefill chunks through the tree and, for the overlap
+        schedule (before the forward), count each sampling row's coming token as `lag`."""
+        for row in rows:
+            req = row.req
+            req.kv_len += row.seq.num_tokens
+            if req.finished:
+                continue
+            if row.seq.num_tokens > 1:
+                self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
+            if lag and row.completes and req.params.max_new_tokens != 0:
+                req.lag = 1
 
     def _propose(self, plan: list[ScheduledSeq]) -> dict[Request, Draft]:
         """Draft tokens for this step's decode rows (those about to sample after one new token)."""
@@ -218,7 +331,7 @@ class EngineCore:
 
     @staticmethod
     def _will_sample(s: ScheduledSeq) -> bool:
-        """This step computes the request's last known token and a token is then sampled (see `_process`)."""
+        """This step computes the request's last known token and a token is then sampled (see `_finish_rows`)."""
         return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
 
     def _seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput:
@@ -245,34 +358,33 @@ class EngineCore:
             c.decode_steps += 1
             c.decode_batch_tokens += tokens
 
-    def _process(self, plan: list[ScheduledSeq], out: StepOutput, masks: _PendingMasks,
-                 drafts: dict[Request, Draft]) -> list[Request]:
+    def _finish_rows(self, rows: list[_Row], out: StepOutput, masks: _PendingMasks,
+                     drafts: dict[Request, Draft], defer: bool) -> list[Request]:
+        """After the forward: prompt logprobs, then sample or verify the rows that completed their fill."""
         to_sample: list[tuple[int, Request]] = []
         to_verify: list[tuple[int, Request]] = []
-        for i, s in enumerate(plan):
-            req = s.req
-            if self._wants_prompt_logprobs(s):
-                self._guard(req, self._record_prompt_logprobs, req, out, i)
-            done = s.completes_fill
-            req.kv_len += s.num_tokens
-            if req.finished:
+        for i, row in enumerate(rows):
+            req = row.req
+            if row.prompt_logprobs:
+                self._guard(req, self._record_prompt_logprobs, req, out, i, row.first_pos)
+            if req.finished or not row.completes:
                 continue
-            if s.num_tokens > 1:
-                self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
-            if done and req.params.max_new_tokens == 0:
+            if req.params.max_new_tokens == 0:
                 req.finish(FinishReason(FinishType.LENGTH))  # prompt-only (e.g. prompt logprobs): no sampling
-            elif done:
+            else:
                 (to_verify if req in drafts else to_sample).append((i, req))
-        if to_sample:
-            self._sample(to_sample, out, masks)
+        updated = self._sample(to_sample, out, masks, defer) if to_sample else []
         if to_verify:
             self._verify(to_verify, out, drafts)
-        for s in plan:
-            if s.req.finished:
-                self._retire(s.req)
-        return [r for _, r in to_sample + to_verify]
+        for row in rows:
+            if row.req.finished:
+                self._retire(row.req)
+        return updated + [r for _, r in to_verify]
 
-    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: _PendingMasks) -> None:
+    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: _PendingMasks,
+                defer: bool) -> list[Request]:
+        """Sample the rows' next tokens and append them; returns the requests appended to now. With `defer`, an
+        unconstrained request's token goes into its fill at once and its stop checks wait for the next step."""
         reqs = [r for _, r in rows]
         logits = out.last_rows([i for i, _ in rows])
         batch = SamplingBatch.build(
@@ -286,24 +398,54 @@ class EngineCore:
         bitmask = masks.take(reqs, self.vocab_size)
         result = self.sampler.sample(logits, batch, bitmask)
         next_ids = result.next_token_ids.tolist()
+        now: list[Request] = []
         for j, req in enumerate(reqs):
-            self._guard(req, self._append_sampled, req, next_ids[j], result, j)
+            req.lag = 0
+            if defer and req.matcher is None:  # a grammar's jump-forward changes the fill: those run now
+                self._defer(req, next_ids[j], result, j)
+            else:
+                self._guard(req, self._append_sampled, req, next_ids[j], result, j)
+                now.append(req)
+        return now
+
+    def _defer(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
+        """Feed the token to the next step now; its output, logprob and stop checks follow beside that step."""
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        req.fill_ids.append(token)
+        self._deferred.append(_Sampled(req, token, self._logprob_entry(req, token, result, row)))
+
+    def _check_sampled(self, sampled: list[_Sampled]) -> list[Request]:
+        """The deferred half of appending tokens (see `_defer`); retires the requests that finish."""
+        checked: list[Request] = []
+        for s in sampled:
+            if s.req.finished:
+                continue  # aborted since it was sampled
+            self._guard(s.req, self._append_token, s.req, s.token, s.logprob, True)
+            checked.append(s.req)
+            if s.req.finished:
+                self._retire(s.req)
+        return checked
 
     def _append_sampled(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
-        entry: Logprob | None = None
-        if req.logprobs.return_logprob and result.logprobs is not None:
-            entry = (float(result.logprobs[row]), token, [(v, i) for i, v in result.top_logprobs_of(row)])
-        self._append_token(req, token, entry)
+        self._append_token(req, token, self._logprob_entry(req, token, result, row))
 
-    def _append_token(self, req: Request, token: int, logprob: Logprob | None) -> list[int]:
-        """Append one chosen token and what the grammar forces after it; returns the tokens appended."""
+    @staticmethod
+    def _logprob_entry(req: Request, token: int, result: SampleOutput, row: int) -> Logprob | None:
+        if not req.logprobs.return_logprob or result.logprobs is None:
+            return None
+        return float(result.logprobs[row]), token, [(v, i) for i, v in result.top_logprobs_of(row)]
+
+    def _append_token(self, req: Request, token: int, logprob: Logprob | None, in_fill: bool = False) -> list[int]:
+        """Append one chosen token and what the grammar forces after it; returns the tokens appended. `in_fill`:
+        the (unconstrained) token is in fill_ids already (see `_defer`)."""
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
         if logprob is not None:
             req.output_logprobs.append(logprob)
         tokens = [token] if req.matcher is None else self._advance_grammar(req, token)
         for n, tok in enumerate(tokens):
-            req.append_output(tok)
+            req.append_output(tok, in_fill=in_fill)
             self.counters.generated_tokens += 1
             step = req.stop.step(tok, req.detok)
             req.text_delta += step.delta
@@ -359,15 +501,16 @@ class EngineCore:
             req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
         return ([] if jump.rollback else [token]) + list(jump.token_ids)
 
-    def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int) -> None:
-        """Logprob of each prompt token from logprob_start_len, given the tokens before it."""
+    def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int, first_pos: int) -> None:
+        """Logprob of each prompt token from logprob_start_len, given the tokens before it; the step's first new
+        token sits at `first_pos`."""
         lp = req.logprobs
-        start, count, first_pos = out.row_start[i], out.row_count[i], req.kv_len
+        start, count = out.row_start[i], out.row_count[i]
         rows = out.logits[start : start + count]
         logprobs = torch.log_softmax(rows.float(), dim=-1)
         k = lp.top_logprobs_num
         top_v, top_i = (logprobs.topk(k, dim=-1) if k > 0 else (None, None))
-        if lp.logprob_start_len == 0 and req.kv_len == 0 and not req.input_logprobs:
+        if lp.logprob_start_len == 0 and first_pos == 0 and not req.input_logprobs:
             req.input_logprobs.append((None, req.prompt_ids[0], []))
         for r in range(count):
             pos = first_pos + r + 1  # the prompt position this row predicts
@@ -392,7 +535,8 @@ class EngineCore:
             req.abort(f"internal error while processing the request: {type(e).__name__}")
 
     def _retire(self, req: Request) -> None:
-        if req.status is not RequestStatus.FINISHED:
+        """Take a finished request out and deliver its result, once (the overlap schedule may meet it twice)."""
+        if req.status is not RequestStatus.FINISHED or self.requests.get(req.rid) is not req:
             return
         self.scheduler.remove(req)
         if self.spec is not None:

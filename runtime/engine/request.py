@@ -63,6 +63,7 @@ class Request:
     pages: list[int] = field(default_factory=list)
     kv_len: int = 0
     cached_len: int = 0
+    lag: int = 0  # overlap schedule: a token an in-flight step will sample, counted in num_fill before it is known
     node: TreeNode | None = None
     cached_tokens: int = 0  # prompt tokens served from the cache at first admission (reported)
     cached_host_tokens: int | None = None  # of those, loaded from the host tier (None: the engine has no tier)
@@ -95,16 +96,18 @@ class Request:
         if self.params.has_penalties:
             self.penalties = TokenHistory(self.prompt_ids, self.output_ids)
 
-    def append_output(self, token_id: int) -> None:
-        """Add a generated token (O(1): no list is rebuilt per step)."""
+    def append_output(self, token_id: int, in_fill: bool = False) -> None:
+        """Add a generated token (O(1): no list is rebuilt per step); `in_fill` when fill_ids has it already
+        (the overlap schedule feeds a sampled token to the next step before its stop checks run)."""
         self.output_ids.append(token_id)
-        self.fill_ids.append(token_id)
+        if not in_fill:
+            self.fill_ids.append(token_id)
         if self.penalties is not None:
             self.penalties.add_output(token_id)
 
     @property
     def num_fill(self) -> int:
-        return len(self.fill_ids)
+        return len(self.fill_ids) + self.lag
 
     @property
     def is_prefilling(self) -> bool:

@@ -161,6 +161,8 @@ class Scheduler:
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
+            if req.lag:
+                continue  # preempted while its step was in flight: its last token is not known yet
             hit = self.kv.match(req, self._match_limit(req))
             uncached = req.fill_ids[req.kv_len :]
             if len(in_batch.match_prefix(uncached, namespace=req.namespace).slots) >= INBATCH_SHARE_MIN:

@@ -34,6 +34,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),
         ("linear kernels", core.model.linear_kernels),
         ("decode graphs", _graphs_fact(core)),
+        ("overlap schedule", "on" if core.overlap_off is None else f"off ({core.overlap_off})"),
         ("threads", threads),
         ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
