@@ -40,6 +40,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("host KV tier", _host_tier_fact(core)),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
         ("tensor parallel", str(cfg.tp_size)),
+        ("pipeline parallel", str(cfg.pp_size)),
         ("speculative", _speculative_fact(cfg)),
     ]
 
