@@ -1,9 +1,10 @@
 """What travels between pipeline stages: point-to-point messages between equal tensor-parallel ranks of adjacent
 stages, and the logits from the last stage back to rank 0.
 
-A message down the pipeline is a header `[command, payload length, tokens]`, then for a step the step's encoded
-`SeqInput`s (`tp_protocol.encode_step`: token ids, prefix lengths, page tables) and the stage's hidden states
-[2, tokens, hidden] (the layers' running output and residual). Every stage decodes the same sequences and builds
+A message down the pipeline is a header `[command, payload length, tokens]`, then for a step one body: the step's
+encoded `SeqInput`s (`tp_protocol.encode_step`: token ids, prefix lengths, page tables) and the stage's hidden
+states [2, tokens, hidden] (the layers' running output and residual), packed as bytes into one tensor (each message
+costs a thread hand-off in gloo: two messages a step, not three). Every stage decodes the same sequences and builds
 the same batch, so the page tables rank 0 allocated are valid on every stage. Sends are asynchronous (`isend`): a
 stage hands its micro-batch on and takes the next one while the next stage computes. Messages between two ranks
 arrive in the order they were sent (gloo and NCCL both keep it), which is all the protocol relies on.
@@ -60,10 +61,10 @@ class PipeLink:
         tokens = 0 if hidden is None else int(hidden.shape[1])
         n = 0 if payload is None else payload.numel()
         parts = [torch.tensor([int(command), n, tokens], dtype=torch.int64, device=self.device)]
-        if payload is not None:
-            parts.append(payload.to(self.device))
-        if hidden is not None:
-            parts.append(hidden.contiguous().to(self.device))
+        body = [t.contiguous().reshape(-1).view(torch.uint8).to(self.device) for t in (payload, hidden)
+                if t is not None]
+        if body:
+            parts.append(torch.cat(body))
         self._prune()
         # why: the buffers must outlive the asynchronous sends, so they stay in _pending until those complete
         self._pending.append(([dist.isend(t, self.next) for t in parts], parts))
@@ -78,13 +79,13 @@ class PipeLink:
         t0 = time.perf_counter()  # why: waiting for the header is idle time, not communication
         command, n, tokens = (int(v) for v in header.tolist())
         payload = hidden = None
-        if n:
-            payload = torch.empty(n, dtype=torch.int64, device=self.device)
-            dist.recv(payload, self.prev)
-            payload = payload.cpu()
-        if tokens:
-            hidden = torch.empty(2, tokens, self.hidden_size, dtype=self.dtype, device=self.device)
-            dist.recv(hidden, self.prev)
+        hidden_bytes = 2 * tokens * self.hidden_size * self.dtype.itemsize
+        if n or tokens:
+            body = torch.empty(8 * n + hidden_bytes, dtype=torch.uint8, device=self.device)
+            dist.recv(body, self.prev)
+            payload = body[: 8 * n].view(torch.int64).cpu() if n else None
+            if tokens:
+                hidden = body[8 * n :].view(self.dtype).reshape(2, tokens, self.hidden_size)
         self.stats.recv_s += time.perf_counter() - t0
         return Command(command), payload, hidden
 
