@@ -42,7 +42,7 @@ PRESSURE = {"max_new_tokens": 60, "temperature": 0.0, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def four_layers() -> Path:
-    """tiny-llama with 4 decoder layers, so 3 stages split it (2 + 1 + 1 layers)."""
+    """tiny-llama with 4 decoder layers, so 3 stages split it (2 + 1 + 1 layers; 3 + 1 for 2 stages)."""
     return checkpoint_path(dataclasses.replace(RECIPES["tiny-llama"], name="tiny-llama-4l", num_layers=4))
 
 
@@ -84,8 +84,13 @@ def reference(four_layers) -> dict[str, object]:
 
 
 # --- pure pieces ----------------------------------------------------------------------------------------------------
-def test_stage_split_is_contiguous_and_gives_the_extra_layers_to_the_first_stages():
-    assert [(r.start, r.end) for r in (stage_layers(5, 3, s) for s in range(3))] == [(0, 2), (2, 4), (4, 5)]
+def test_stage_split_is_contiguous_and_counts_the_lm_head():
+    def split(layers: int, pp: int, head: float = 0.0) -> list[tuple[int, int]]:
+        return [(r.start, r.end) for r in (stage_layers(layers, pp, s, head) for s in range(pp))]
+
+    assert split(4, 2) == [(0, 2), (2, 4)] and split(5, 3) == [(0, 2), (2, 3), (3, 5)]
+    assert split(12, 2, head=3.9) == [(0, 8), (8, 12)]  # llama-100m: the LM head weighs ~4 layers
+    assert split(4, 3, head=3.6) == [(0, 2), (2, 3), (3, 4)]  # every stage keeps a layer
     assert [(r.first, r.last) for r in (stage_layers(4, 2, s) for s in range(2))] == [(True, False), (False, True)]
     assert stage_layers(4, 1, 0).count == 4
     with pytest.raises(ValueError, match="pp_size 5 must not exceed the number of decoder layers"):

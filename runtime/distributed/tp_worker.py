@@ -31,7 +31,7 @@ from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool, PoolSize, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
-from sprig.runtime.model.parallel import Backend, TPContext, rank_device, stage_layers
+from sprig.runtime.model.parallel import Backend, TPContext, pipeline_stage, rank_device
 from sprig.runtime.model.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
     """Load this rank's shard and a KV pool as large as the tightest rank allows (a collective: all ranks call it)."""
     cfg = spec.config
     model_cfg = load_model_config(spec.model_path)
-    stage = stage_layers(model_cfg.num_layers, cfg.pp_size, spec.stage) if cfg.pp_size > 1 else None
+    stage = pipeline_stage(model_cfg, cfg.pp_size, spec.stage) if cfg.pp_size > 1 else None
     model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp,
                        stage=stage)
     dtype = resolve_dtype(cfg.dtype, model_cfg)
