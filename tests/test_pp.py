@@ -180,7 +180,9 @@ def test_heartbeats_reach_every_stage_and_a_stage_killed_mid_step_fails_the_engi
 
 
 # --- sprig serve ----------------------------------------------------------------------------------------------------
-EXIT_WITHIN_S = 10  # the stated bound: health 503 at once, exit 1 within EXIT_GRACE_S (2 s) and the drain
+# The stated bound (docs/scale_out.md): measured here, /health turns 503 about 1 s after the kill and the server
+# exits about 3.5 s after it (EXIT_GRACE_S, 2 s, then the drain).
+EXIT_WITHIN_S = 10
 
 
 def test_sprig_serve_pp2_serves_and_exits_when_a_stage_dies(four_layers, reference):
@@ -203,8 +205,7 @@ def test_sprig_serve_pp2_serves_and_exits_when_a_stage_dies(four_layers, referen
                 time.sleep(0.1)
                 status = client.get("/health").status_code
             assert status == 503
-        assert proc.wait(timeout=EXIT_WITHIN_S - (time.monotonic() - killed) + 5) == 1
-        assert time.monotonic() - killed < EXIT_WITHIN_S + 5
+        assert proc.wait(timeout=EXIT_WITHIN_S - (time.monotonic() - killed)) == 1
         assert "pipeline rank 1 (stage 1, tp rank 0)" in proc.stderr.read()
         assert not process_alive(workers[0])
     finally:

@@ -29,7 +29,7 @@ HEADER = 3  # command, payload length, tokens
 class LinkStats:
     """Time this rank spent in pipeline messages (the benchmark's communication time): posting sends, and receiving
     a message's payload and hidden states once its header arrived; apart, rank 0's wait for logits (which also
-    covers the later stages' compute) and how many messages went down."""
+    covers the later stages' compute) and how many step messages this rank sent (down the pipeline, or logits)."""
 
     send_s: float = 0.0
     recv_s: float = 0.0
@@ -97,6 +97,7 @@ class PipeLink:
         self._prune()
         self._pending.append(([dist.isend(buf, 0)], [buf]))
         self.stats.send_s += time.perf_counter() - t0
+        self.stats.messages += 1
 
     def post_logits(self, rows: int, vocab: int) -> tuple[torch.Tensor, Any]:
         """Rank 0: post the receive of a step's logits (before sending the step, so the answer always has a
