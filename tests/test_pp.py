@@ -147,6 +147,32 @@ def test_pipeline_gives_the_results_of_one_process(four_layers, reference, pp, t
     assert not any(process_alive(pid) for pid in workers)
 
 
+def test_an_abort_in_flight_drops_its_row_and_frees_its_pages(four_layers, reference):
+    with Engine(str(four_layers), pp_size=2, **OPTIONS) as engine:
+        core = engine.core
+
+        def run() -> tuple[list[list[int]], int, str]:  # on the loop thread: steps driven by hand
+            reqs, _ = engine.make_requests(PROMPTS[:3] + ["the one to abort"],
+                                           [GREEDY] * 3 + [{"max_new_tokens": 50, "ignore_eos": True}])
+            for r in reqs:
+                core.add_request(r)
+            victim = reqs[3]
+            while victim not in core.pipeline.busy:
+                core.step()
+            core.abort(victim.rid)  # while its step is in flight
+            while core.has_work():
+                core.step()
+            pool = core.kv.pool  # every page is free or held by the tree: none leaked
+            assert pool.num_free_tokens + core.tree.evictable_size == pool.size.num_tokens
+            return [r.output_ids for r in reqs[:3]], core.pipeline.dropped_rows, victim.finish_reason.type.value
+
+        outputs, dropped, reason = engine._call(run)
+        stats = engine.stats()
+    assert outputs == _ids(reference["greedy"])[:3]
+    assert (dropped, reason) == (1, "abort")
+    assert (stats["running"], stats["cache_protected_tokens"]) == (0, 0)
+
+
 def test_seeded_sampling_repeats_on_a_pipeline(four_layers):
     with Engine(str(four_layers), pp_size=2, **OPTIONS) as engine:
         first = engine.generate(["Tell me", "Once"], SEEDED)

@@ -273,8 +273,9 @@ def load_model(
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
     # On a terminal only (tqdm's disable=None), from rank 0, and for loads that take a while (`delay`).
+    rank0 = (tp is None or tp.rank == 0) and (stage is None or stage.first)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", delay=PROGRESS_DELAY_S,
-               disable=None if tp is None or tp.rank == 0 else True)
+               disable=None if rank0 else True)
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
