@@ -127,9 +127,14 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         register(sub)
 
 
+def _multi_process(args: argparse.Namespace) -> bool:
+    """Whether the command runs several ranks (tensor and/or pipeline parallel)."""
+    return getattr(args, "tp_size", 1) > 1 or getattr(args, "pp_size", 1) > 1
+
+
 def _torchrun_rank(args: argparse.Namespace) -> int | None:
-    """Under torchrun, every rank but 0 runs the tensor-parallel worker loop instead of the command."""
-    if getattr(args, "tp_size", 1) <= 1 or int(os.environ.get("RANK", "0")) == 0:
+    """Under torchrun, every rank but 0 runs the worker loop (its shard or stage) instead of the command."""
+    if not _multi_process(args) or int(os.environ.get("RANK", "0")) == 0:
         return None
     from sprig.runtime.distributed.tp_worker import run_torchrun_worker
 
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_status = _torchrun_rank(args)
         if worker_status is not None:
             return worker_status
-        if getattr(args, "tp_size", 1) > 1:
+        if _multi_process(args):
             from sprig.runtime.distributed.tp_group import FailurePolicy, recorded_failure, set_failure_policy
 
             set_failure_policy(FailurePolicy.EXIT_PROCESS)  # why: a command whose rank died must end, not linger

@@ -51,6 +51,7 @@ class EngineConfig:
     num_threads: int | None = None  # torch threads; None: leave torch's choice
     random_seed: int | None = None  # the shared sampler generator (unseeded requests)
     tp_size: int = 1
+    pp_size: int = 1  # pipeline stages (contiguous layer ranges); pp_size * tp_size processes in all
     disable_jump_forward: bool = False
     disable_cuda_graph: bool = False
     # Overlap schedule (SGLang's name): the next step is scheduled and the last one's stop checks run while the
@@ -97,6 +98,7 @@ class EngineConfig:
             raise ValueError("schedule_conservativeness must be >= 0")
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
+        self._validate_pipeline()
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
@@ -105,6 +107,9 @@ class EngineConfig:
             raise ValueError("enable_overlap_schedule and disable_overlap_schedule contradict each other")
         if self.enable_overlap_schedule and self.speculative_algorithm is not None:
             raise ValueError("enable_overlap_schedule does not combine with speculative_algorithm")
+        if self.enable_overlap_schedule and self.pp_size > 1:
+            raise ValueError("enable_overlap_schedule does not combine with pp_size > 1 (its micro-batches overlap "
+                             "steps already)")
         if self.enable_overlap_schedule and self.enable_hierarchical_cache:
             raise ValueError("enable_overlap_schedule does not combine with enable_hierarchical_cache")
         self._validate_speculative()
@@ -129,6 +134,18 @@ class EngineConfig:
             raise ValueError("enable_hierarchical_cache needs the radix cache (drop disable_radix_cache)")
         if self.tp_size > 1:
             raise ValueError("enable_hierarchical_cache does not support tp_size > 1 yet")
+        if self.pp_size > 1:
+            raise ValueError("enable_hierarchical_cache does not support pp_size > 1 yet")
+
+    def _validate_pipeline(self) -> None:
+        """What pipeline parallelism cannot combine with (the layer count is checked against the checkpoint)."""
+        if self.pp_size < 1:
+            raise ValueError("pp_size must be positive")
+        if self.pp_size == 1:
+            return
+        if self.speculative_algorithm is not None:
+            # why: verification needs the target's logits of a step before the next draft; not pipelined yet
+            raise ValueError("speculative_algorithm does not support pp_size > 1 yet")
 
     def _validate_speculative(self) -> None:
         algo = self.speculative_algorithm
@@ -214,6 +231,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seed", type=int, default=None,
                         help="seed of the sampler for unseeded requests (default: from the OS)")
     parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
+    parser.add_argument("--pp-size", type=int, default=1,
+                        help="pipeline stages: the decoder layers split into this many contiguous ranges, one "
+                             "process (or --tp-size processes) each")
     parser.add_argument("--disable-jump-forward", action="store_true",
                         help="sample forced grammar tokens one by one instead of appending them at once")
     parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),

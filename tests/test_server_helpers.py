@@ -33,6 +33,29 @@ def child_pids(pid: int) -> list[int]:
     return kids
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_serving(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """The URL a `sprig serve` process prints on stderr once it serves; kills it if it stops or never serves."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if "serving" in line:
+            return line.split(" at ", 1)[1].split()[0]
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"sprig serve did not start: {proc.stderr.read()}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

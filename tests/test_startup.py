@@ -20,8 +20,8 @@ from sprig.runtime.router.policy import PolicyConfig, Selector
 from sprig.runtime.router.workers import HealthSettings, WorkerPool
 
 LABELS = ("model", "dtype", "device", "attention backend", "linear kernels", "decode graphs",
-          "overlap schedule", "threads", "KV pool",
-          "radix cache", "host KV tier", "grammar backend", "tensor parallel", "speculative", "data parallel")
+          "overlap schedule", "threads", "KV pool", "radix cache", "host KV tier", "grammar backend",
+          "tensor parallel", "pipeline parallel", "speculative", "data parallel")
 
 
 def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
@@ -44,7 +44,7 @@ def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
     assert re.fullmatch(r"8192 tokens, \d+\.\d\d GiB, page size 16", block["KV pool"])
     assert block["radix cache"].startswith("off")
     assert block["host KV tier"] == "off"
-    assert (block["tensor parallel"], block["data parallel"]) == ("1", "1")
+    assert (block["tensor parallel"], block["pipeline parallel"], block["data parallel"]) == ("1", "1", "1")
     final = server.output()
     assert status == 0
     assert "INFO sprig.runtime.server.state: draining" in final  # --log-level info after `serve` took effect

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from test_server_helpers import child_pids
+from test_server_helpers import child_pids, process_alive, wait_serving
 
 from sprig import Engine
 from sprig.runtime.distributed.tp_protocol import decode_step, encode_step
@@ -33,14 +33,6 @@ def _generate(path: Path, tp_size: int, **extra: object) -> tuple[list[dict], En
     engine = Engine(str(path), tp_size=tp_size, **OPTIONS, **extra)
     out = engine.generate(PROMPTS, GREEDY, return_logprob=True, logprob_start_len=0)
     return out, engine
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # --- pure pieces ----------------------------------------------------------------------------------------------------
@@ -88,7 +80,7 @@ def test_tp2_engine_gives_the_greedy_tokens_of_tp1(tiny_paths, name):
         workers = [p.pid for p in e2.core.tp.procs]
     finally:
         e2.shutdown()
-    assert not any(_alive(pid) for pid in workers)
+    assert not any(process_alive(pid) for pid in workers)
 
 
 def test_padded_vocab_and_a_rank_killed_mid_generation(tmp_path_factory):
@@ -116,7 +108,7 @@ def test_padded_vocab_and_a_rank_killed_mid_generation(tmp_path_factory):
             engine.generate("x", GREEDY)
     finally:
         engine.shutdown()
-    assert not _alive(worker)
+    assert not process_alive(worker)
 
 
 # --- sprig serve ----------------------------------------------------------------------------------------------------
@@ -124,16 +116,7 @@ def _start_server(path: Path) -> tuple[subprocess.Popen[str], str]:
     cmd = [sys.executable, "-m", "sprig.runtime.cli", "serve", "--model", str(path), "--tp-size", "2", "--port", "0",
            "--num-threads", "1", "--max-total-tokens", "4096", "--dtype", "float32"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if "serving" in line:
-            return proc, line.split(" at ", 1)[1].split()[0]
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"sprig serve --tp-size 2 did not start: {proc.stderr.read()}")
+    return proc, wait_serving(proc)
 
 
 def test_sprig_serve_tp2_matches_tp1_and_exits_when_a_rank_dies(tiny_paths):
@@ -160,7 +143,7 @@ def test_sprig_serve_tp2_matches_tp1_and_exits_when_a_rank_dies(tiny_paths):
             assert status == 503
         assert proc.wait(timeout=60) == 1
         assert "tensor-parallel rank 1" in proc.stderr.read()
-        assert not _alive(workers[0])
+        assert not process_alive(workers[0])
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,12 +1,17 @@
-"""Rank 0 of a tensor-parallel engine: start the other ranks, broadcast each step, notice a dead rank, stop them all.
+"""Rank 0 of a multi-process engine (tensor and/or pipeline parallel): start the other ranks, send each step, notice
+a dead rank, stop them all.
 
 On one machine sprig starts ranks 1..N-1 itself (fresh `python -c` processes); under `torchrun` every rank is
-already running and rank 0 is the process that serves. The scheduler, radix tree and sampler stay here: each step
-rank 0 broadcasts the scheduled sequences (`tp_protocol`), every rank runs the same forward, and rank 0 receives
-the gathered logits. A heartbeat keeps idle ranks inside their collective timeout.
+already running and rank 0 is the process that serves. The world is `pp_size * tp_size` ranks (rank = stage *
+tp_size + tp rank). The scheduler, radix tree and sampler stay here. Tensor parallel only: each step rank 0
+broadcasts the scheduled sequences (`tp_protocol`), every rank runs the same forward, and rank 0 receives the
+gathered logits. With pipeline stages, rank 0 broadcasts a step to its own stage only and the sequences travel
+down the pipeline with the hidden states (`pp_protocol`, `pp_runner`). A heartbeat keeps idle ranks inside their
+collective timeout.
 
 Failure: a rank that exits, or a collective that fails, marks the group failed; the other ranks are killed and the
-engine's next step raises `TensorParallelError`, which ends the engine loop (the server reports itself dead). In
+engine's next step raises `TensorParallelError` (`PipelineParallelError` with stages; both are `ParallelError`s),
+which ends the engine loop (the server reports itself dead). In
 the CLI (`FailurePolicy.EXIT_PROCESS`) the process then stops itself with SIGTERM, so `sprig serve` drains and
 exits with an error; a library caller keeps its process and gets the error from `generate`.
 """
@@ -34,13 +39,23 @@ import torch
 import torch.distributed as dist
 
 from sprig.runtime.config import EngineConfig
+from sprig.runtime.distributed.errors import ParallelError, PipelineParallelError, TensorParallelError
+from sprig.runtime.distributed.pp_protocol import PipeLink
+from sprig.runtime.distributed.pp_runner import PipelineRunner
+from sprig.runtime.distributed.pp_worker import pipe_link
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, encode_step
-from sprig.runtime.distributed.tp_worker import RankSpec, build_shard, join_group, torchrun_spec
-from sprig.runtime.errors import SprigError
+from sprig.runtime.distributed.tp_worker import (
+    RankSpec,
+    build_shard,
+    collective_device,
+    describe_rank,
+    join_group,
+    torchrun_spec,
+)
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool
-from sprig.runtime.model.parallel import TPContext, check_divisible
+from sprig.runtime.model.parallel import TPContext, check_divisible, check_stages
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 
 logger = logging.getLogger(__name__)
@@ -53,8 +68,7 @@ EXIT_GRACE_S = 2.0  # how long a failed server keeps answering /health (503) bef
 HARD_EXIT_S = 60.0  # if the drain after SIGTERM hangs (a rank stuck in NCCL), exit anyway
 
 
-class TensorParallelError(SprigError, RuntimeError):
-    """A tensor-parallel rank failed to start, died, or a collective between ranks failed."""
+__all__ = ["ParallelError", "PipelineParallelError", "TensorParallelError", "TPGroup", "FailurePolicy"]
 
 
 class FailurePolicy(Enum):
@@ -90,10 +104,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _exit_description(rank: int, proc: RankProcess) -> str:
+def _exit_description(name: str, proc: RankProcess) -> str:
     code = proc.exitcode
     how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
-    return f"tensor-parallel rank {rank} (pid {proc.pid}) {how}"
+    return f"{name} (pid {proc.pid}) {how}"
 
 
 class RankProcess:
@@ -134,7 +148,8 @@ class RankProcess:
 
 
 class TPGroup:
-    """Rank 0's handle on the group: the model shard, the pool, the other ranks and their health."""
+    """Rank 0's handle on the group: the model shard, the pool, the other ranks and their health. Serves tensor
+    parallelism, pipeline parallelism and both (the name is the older of the two)."""
 
     def __init__(self, spec: RankSpec, mode: LaunchMode, procs: list[RankProcess],
                  reports: list[Connection]) -> None:
@@ -143,9 +158,12 @@ class TPGroup:
         self.procs = procs  # ranks 1..N-1 when spawned; empty under torchrun
         self.reports = reports
         self.context = TPContext(0, spec.size, None)
+        self.pp_size = spec.config.pp_size
+        self.error: type[ParallelError] = TensorParallelError if self.pp_size == 1 else PipelineParallelError
         self.model: CausalLM | None = None
         self.pool: KVPool | None = None
-        self.channel: StepChannel | None = None
+        self.channel: StepChannel | None = None  # broadcasts to rank 0's tensor-parallel peers
+        self.link: PipeLink | None = None  # messages to the next pipeline stage
         self.lock = threading.Lock()  # why: a step (broadcast + forward) and a heartbeat must never interleave
         self.failure: str | None = None
         self._stopping = threading.Event()
@@ -156,13 +174,16 @@ class TPGroup:
     @classmethod
     def start(cls, config: EngineConfig, model_path: str) -> TPGroup:
         """Start (or join, under torchrun) every rank, load the shards and agree on the KV pool size."""
-        check_divisible(load_model_config(model_path), config.tp_size)  # before any process starts
+        model_cfg = load_model_config(model_path)
+        check_divisible(model_cfg, config.tp_size)  # before any process starts
+        check_stages(model_cfg.num_layers, config.pp_size)
+        error = TensorParallelError if config.pp_size == 1 else PipelineParallelError
         spec = torchrun_spec(config, model_path)
         if spec is not None and spec.rank != 0:
-            raise TensorParallelError("only rank 0 runs the engine; other ranks run the worker loop")
+            raise error("only rank 0 runs the engine; other ranks run the worker loop")
         if spec is None and dist.is_initialized():
-            raise TensorParallelError("a torch.distributed process group already exists in this process: "
-                                      "one tensor-parallel engine per process")
+            raise error("a torch.distributed process group already exists in this process: "
+                        "one multi-process engine per process")
         if spec is None:
             group = cls._spawn(config, model_path)
         else:
@@ -177,7 +198,7 @@ class TPGroup:
 
     @classmethod
     def _spawn(cls, config: EngineConfig, model_path: str) -> TPGroup:
-        size = config.tp_size
+        size = config.tp_size * config.pp_size
         init = f"tcp://127.0.0.1:{_free_port()}"
         config = replace(config, model_path=model_path)
         procs, reports = [], []
@@ -192,8 +213,12 @@ class TPGroup:
         self.context = self._watched(lambda: join_group(self.spec), "joining the process group")
         self.model, self.pool = self._watched(lambda: build_shard(self.spec, self.context), "loading the shards")
         self._wait_ready()
-        device = torch.device(self.spec.device if self.spec.device.startswith("cuda") else "cpu")
-        self.channel = StepChannel(self.context, device)
+        device = collective_device(self.spec)
+        if self.context.size > 1:
+            self.channel = StepChannel(self.context, device)
+        if self.pp_size > 1:
+            assert self.model is not None  # loaded above
+            self.link = pipe_link(self.spec, self.model.dtype)
         self._start_thread(self._heartbeat, "sprig-tp-heartbeat")
         if self.procs:
             self._start_thread(self._supervise, "sprig-tp-supervisor")
@@ -214,11 +239,11 @@ class TPGroup:
             thread.join(POLL_S)
             dead = self._dead_rank()
             if dead is not None and thread.is_alive():
-                raise TensorParallelError(f"{dead} while {what}{self._reported_error()}")
+                raise self.error(f"{dead} while {what}{self._reported_error()}")
         if "error" in result:
             dead = self._dead_rank()
             if dead is not None:
-                raise TensorParallelError(f"{dead} while {what}{self._reported_error()}") from None
+                raise self.error(f"{dead} while {what}{self._reported_error()}") from None
             raise result["error"]
         return result["value"]
 
@@ -226,12 +251,15 @@ class TPGroup:
         for rank, conn in enumerate(self.reports, start=1):
             kind, message = conn.recv() if conn.poll(JOIN_TIMEOUT_S) else ("error", "no report")
             if kind != "ready":
-                raise TensorParallelError(f"tensor-parallel rank {rank} failed to start: {message}")
+                raise self.error(f"{self.rank_name(rank)} failed to start: {message}")
+
+    def rank_name(self, rank: int) -> str:
+        return describe_rank(rank, self.spec.config.tp_size, self.pp_size)
 
     def _dead_rank(self) -> str | None:
         for rank, proc in enumerate(self.procs, start=1):
             if not proc.is_alive():
-                return _exit_description(rank, proc)
+                return _exit_description(self.rank_name(rank), proc)
         return None
 
     def _reported_error(self) -> str:
@@ -249,21 +277,33 @@ class TPGroup:
         self._threads.append(thread)
 
     # --- steps --------------------------------------------------------------------------------------------------
-    def runner(self) -> TPModelRunner:
+    def runner(self) -> ModelRunner:
         """The model runner rank 0's engine steps through."""
         assert self.model is not None and self.pool is not None
+        if self.pp_size > 1:
+            return PipelineRunner(self.model, self.pool, self)
         return TPModelRunner(self.model, self.pool, self)
 
     def send(self, command: Command, payload: torch.Tensor | None = None) -> None:
-        """Broadcast a command; the caller holds `lock`."""
+        """Broadcast a command to rank 0's tensor-parallel peers (if any); the caller holds `lock`."""
         self.raise_if_failed()
-        assert self.channel is not None
-        self.channel.send(command, payload)
+        if self.channel is not None:
+            self.channel.send(command, payload)
+        self.touch()
+
+    def announce(self, command: Command) -> None:
+        """A command for every rank (heartbeat, shutdown): to this stage's peers and down the pipeline."""
+        self.send(command)
+        if self.link is not None:
+            self.link.send_next(command)
+
+    def touch(self) -> None:
+        """A message went out: no heartbeat is due before HEARTBEAT_S."""
         self._last_send = time.monotonic()
 
     def raise_if_failed(self) -> None:
         if self.failure is not None:
-            raise TensorParallelError(self.failure)
+            raise self.error(self.failure)
 
     @property
     def failed(self) -> bool:
@@ -275,7 +315,8 @@ class TPGroup:
             return
         self.failure = message
         _failures.append(message)
-        print(f"sprig: error: {message}; stopping every tensor-parallel rank", file=sys.stderr, flush=True)
+        every = "every tensor-parallel rank" if self.pp_size == 1 else "every rank of the pipeline"
+        print(f"sprig: error: {message}; stopping {every}", file=sys.stderr, flush=True)
         self._stop_ranks(graceful=False)
         if _policy is FailurePolicy.EXIT_PROCESS:
             threading.Thread(target=_stop_this_process, name="sprig-tp-exit", daemon=True).start()
@@ -299,9 +340,9 @@ class TPGroup:
                 if self.failed or self._stopping.is_set():
                     continue
                 try:
-                    self.send(Command.HEARTBEAT)
+                    self.announce(Command.HEARTBEAT)
                 except Exception as e:  # noqa: BLE001 - a broken peer
-                    self.fail(self.wait_for_cause(2.0) or f"tensor-parallel heartbeat failed: {e}")
+                    self.fail(self.wait_for_cause(2.0) or f"heartbeat to the other ranks failed: {e}")
 
     def _supervise(self) -> None:
         while not self._stopping.wait(POLL_S) and not self.failed:
@@ -314,14 +355,15 @@ class TPGroup:
         """Tell every rank to stop, wait for them (kill stragglers) and leave the process group. Idempotent."""
         if self._stopping.is_set():
             return
-        healthy = self.failure is None and self.channel is not None
+        healthy = self.failure is None and (self.channel is not None or self.link is not None)
         self._stopping.set()
         if healthy and self.lock.acquire(timeout=JOIN_TIMEOUT_S):
             try:
-                assert self.channel is not None  # healthy says so
-                self.channel.send(Command.SHUTDOWN)
+                self.announce(Command.SHUTDOWN)
+                if self.link is not None:
+                    self.link.drain(JOIN_TIMEOUT_S)  # why: steps still in flight must land before the group goes
             except Exception:  # noqa: BLE001 - the ranks are stopped below either way
-                logger.debug("could not broadcast SHUTDOWN", exc_info=True)
+                logger.debug("could not send SHUTDOWN", exc_info=True)
             finally:
                 self.lock.release()
         self._stop_ranks(graceful=healthy)

@@ -1,8 +1,11 @@
-"""One tensor-parallel rank: join the group, load this rank's shard, size the KV pool with the others, then run
-every step rank 0 broadcasts until it says stop.
+"""One rank of a multi-process engine: join the group, load this rank's shard, size the KV pool with the others,
+then run every step rank 0 sends until it says stop.
 
-Ranks 1..N-1 run `worker_main` in a process sprig spawns (one machine), or `run_worker` in a process `torchrun`
-started (several machines). Rank 0 runs `build_shard` inside the engine (see `tp_group`).
+The world is `pp_size * tp_size` ranks; rank = stage * tp_size + tp_rank. With `pp_size == 1` every rank is a
+tensor-parallel rank of the one stage and runs the steps rank 0 broadcasts; otherwise a rank runs its stage's
+layers on what the previous stage sends (`pp_worker`). Ranks 1..N-1 run `worker_main` in a process sprig spawns
+(one machine), or `run_worker` in a process `torchrun` started (several machines). Rank 0 runs `build_shard`
+inside the engine (see `tp_group`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool, PoolSize, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
-from sprig.runtime.model.parallel import Backend, TPContext, rank_device
+from sprig.runtime.model.parallel import Backend, TPContext, pipeline_stage, rank_device
 from sprig.runtime.model.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -59,41 +62,79 @@ class RankSpec:
         return rank_device(self.config.device, self.local_rank)
 
     @property
+    def tp_size(self) -> int:
+        return self.config.tp_size
+
+    @property
+    def stage(self) -> int:
+        """This rank's pipeline stage (0 without pipeline parallelism)."""
+        return self.rank // self.config.tp_size
+
+    @property
+    def tp_rank(self) -> int:
+        """This rank's place in its stage's tensor-parallel group."""
+        return self.rank % self.config.tp_size
+
+    @property
     def backend(self) -> Backend:
         return Backend.for_device(self.config.device)
 
 
 def join_group(spec: RankSpec) -> TPContext:
-    """Initialize the default process group for this rank (blocks until every rank has joined)."""
+    """Initialize the default process group for this rank (blocks until every rank has joined); returns this rank's
+    tensor-parallel context: the world itself without pipeline stages, else its stage's own group."""
     if spec.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(spec.device))  # why: NCCL binds each rank to its own GPU
     if not dist.is_initialized():
         dist.init_process_group(spec.backend.value, init_method=spec.init_method, rank=spec.rank,
                                 world_size=spec.size, timeout=collective_timeout())
-    return TPContext(dist.get_rank(), dist.get_world_size(), None)
+    if spec.config.pp_size == 1:
+        return TPContext(dist.get_rank(), dist.get_world_size(), None)
+    tp = spec.tp_size
+    if tp == 1:
+        return TPContext()  # a stage of one rank: no collectives
+    # why: every rank must create every group, in the same order, even the groups it is not in
+    groups = [dist.new_group(list(range(s * tp, (s + 1) * tp))) for s in range(spec.config.pp_size)]
+    return TPContext(spec.tp_rank, tp, groups[spec.stage])
 
 
 def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
     """Load this rank's shard and a KV pool as large as the tightest rank allows (a collective: all ranks call it)."""
     cfg = spec.config
-    model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp)
-    dtype = resolve_dtype(cfg.dtype, load_model_config(spec.model_path))
+    model_cfg = load_model_config(spec.model_path)
+    stage = pipeline_stage(model_cfg, cfg.pp_size, spec.stage) if cfg.pp_size > 1 else None
+    model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp,
+                       stage=stage)
+    dtype = resolve_dtype(cfg.dtype, model_cfg)
     kv_dtype = KVCacheDtype.parse(cfg.kv_cache_dtype)
     size = choose_pool_size(model.layer_cfg, dtype, cfg.page_size, cfg.max_total_tokens, cfg.mem_fraction,
                             spec.device, kv_dtype)
-    pages = torch.tensor([size.num_pages], dtype=torch.int64, device=_collective_device(spec))
-    dist.all_reduce(pages, op=dist.ReduceOp.MIN, group=tp.group)  # why: every rank's pool must hold the same slots
+    pages = torch.tensor([size.num_pages], dtype=torch.int64, device=collective_device(spec))
+    # why: every rank's pool (each stage's holds its own layers) must hold the same slots: the world agrees
+    dist.all_reduce(pages, op=dist.ReduceOp.MIN)
     size = PoolSize(int(pages.item()), size.page_size)
     return model, KVPool(model.layer_cfg, size, dtype, spec.device, kv_dtype)
 
 
-def _collective_device(spec: RankSpec) -> torch.device:
+def rank_name(spec: RankSpec) -> str:
+    """How messages name a rank: "tensor-parallel rank 1", or "pipeline rank 3 (stage 1, tp rank 1)"."""
+    return describe_rank(spec.rank, spec.config.tp_size, spec.config.pp_size)
+
+
+def describe_rank(rank: int, tp_size: int, pp_size: int) -> str:
+    if pp_size == 1:
+        return f"tensor-parallel rank {rank}"
+    return f"pipeline rank {rank} (stage {rank // tp_size}, tp rank {rank % tp_size})"
+
+
+def collective_device(spec: RankSpec) -> torch.device:
+    """Where messages between ranks live: the GPU for NCCL, the CPU for gloo."""
     return torch.device(spec.device if spec.backend is Backend.NCCL else "cpu")
 
 
 def serve_steps(spec: RankSpec, tp: TPContext, runner: ModelRunner) -> None:
     """Run each step rank 0 broadcasts until SHUTDOWN."""
-    channel = StepChannel(tp, _collective_device(spec))
+    channel = StepChannel(tp, collective_device(spec))
     while True:
         command, payload = channel.receive()
         if command is Command.SHUTDOWN:
@@ -111,17 +152,21 @@ def run_worker(spec: RankSpec, report: Connection | None = None) -> int:
         model, pool = build_shard(spec, tp)
     except Exception as e:  # noqa: BLE001 - reported to rank 0 as one line
         message = f"{type(e).__name__}: {e}"
-        logger.error("tensor-parallel rank %d failed to start: %s", spec.rank, message)
+        logger.error("%s failed to start: %s", rank_name(spec), message)
         if report is not None:
             report.send(("error", message))
         return 1
     if report is not None:
         report.send(("ready", None))
     try:
-        serve_steps(spec, tp, ModelRunner(model, pool))
+        if spec.config.pp_size > 1:
+            from sprig.runtime.distributed.pp_worker import serve_stage  # why: pp_worker imports this module
+
+            serve_stage(spec, tp, ModelRunner(model, pool))
+        else:
+            serve_steps(spec, tp, ModelRunner(model, pool))
     except Exception as e:  # noqa: BLE001 - a broken peer or a timeout ends this rank
-        print(f"sprig: tensor-parallel rank {spec.rank} stopped: {type(e).__name__}: {e}", file=sys.stderr,
-              flush=True)
+        print(f"sprig: {rank_name(spec)} stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
     dist.destroy_process_group()
     return 0
@@ -160,8 +205,9 @@ def torchrun_spec(config: EngineConfig, model_path: str) -> RankSpec | None:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return None
     size = int(os.environ["WORLD_SIZE"])
-    if size != config.tp_size:
-        raise ValueError(f"torchrun started {size} processes but --tp-size is {config.tp_size}")
+    if size != config.tp_size * config.pp_size:
+        raise ValueError(f"torchrun started {size} processes but --pp-size {config.pp_size} x --tp-size "
+                         f"{config.tp_size} needs {config.tp_size * config.pp_size}")
     return RankSpec(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", 0)), "env://",
                     replace(config, model_path=model_path), model_path)
 

@@ -7,6 +7,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,6 +32,9 @@ from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from sprig.runtime.engine.pipeline import PipelinedSteps
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +110,8 @@ class EngineCore:
         self.model_path = str(config.model_path or demo_model_path())
         load_model_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
-        # Tensor parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
-        self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 else None
+        # Tensor / pipeline parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
+        self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 or config.pp_size > 1 else None
         if self.tp is not None:
             assert self.tp.model is not None and self.tp.pool is not None  # start() returns a loaded group
             self.model = self.tp.model
@@ -152,6 +156,11 @@ class EngineCore:
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
+        self.pipeline: PipelinedSteps | None = None
+        if config.pp_size > 1:
+            from sprig.runtime.engine.pipeline import PipelinedSteps  # why: it imports this module
+
+            self.pipeline = PipelinedSteps(self, config.pp_size)
         self.overlap_off = self._overlap_off_reason(config)
         # One side thread does a step's stop checks and the next step's scheduling while the forward runs here.
         self._side = ThreadPoolExecutor(1, "sprig-overlap") if self.overlap_off is None else None
@@ -165,6 +174,8 @@ class EngineCore:
             return "--disable-overlap-schedule"
         if not config.enable_overlap_schedule and not config.device.startswith("cuda"):
             return "off by default on the CPU, where the forward uses every core (--enable-overlap-schedule)"
+        if config.pp_size > 1:
+            return "pipeline parallel (its micro-batches overlap steps already)"
         if self.spec is not None:
             return "speculative decoding"  # why: the next step's input depends on how many drafts are accepted
         if self.kv.host is not None:
@@ -177,7 +188,7 @@ class EngineCore:
         if config.disable_cuda_graph:
             return "--disable-cuda-graph"
         if self.tp is not None:
-            return "tensor parallel"
+            return "tensor parallel" if config.pp_size == 1 else "pipeline parallel"
         if config.device.startswith("cuda"):
             self.runner.enable_decode_graphs(self.context_length, config.cuda_graph_max_bs, use_graphs=True)
             return None
@@ -216,7 +227,8 @@ class EngineCore:
 
     def has_work(self) -> bool:
         # A failed tensor-parallel group counts as work so an idle loop wakes up and step() reports it.
-        return self.scheduler.has_work() or bool(self._deferred) or (self.tp is not None and self.tp.failed)
+        return self.scheduler.has_work() or bool(self._deferred) or (self.tp is not None and self.tp.failed) or (
+            self.pipeline is not None and self.pipeline.active)
 
     def shutdown(self) -> None:
         """Release what outlives the loop thread: the mask worker and the other tensor-parallel ranks."""
@@ -238,6 +250,8 @@ class EngineCore:
         """Run one scheduling step; returns the requests whose output changed."""
         if self.tp is not None:
             self.tp.raise_if_failed()
+        if self.pipeline is not None:
+            return self.pipeline.step()  # pipeline parallelism: several steps in flight
         if self._side is not None:
             return self._step_overlapped()
         t0 = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
@@ -80,39 +81,56 @@ class Scheduler:
         self.kv.release(req, cache=req.kv_len > 0)
 
     # --- one step --------------------------------------------------------------------------------------
-    def schedule(self) -> list[ScheduledSeq]:
+    def schedule(self, exclude: AbstractSet[Request] = frozenset(), limit: int | None = None) -> list[ScheduledSeq]:
+        """The next step's sequences. `exclude`: running requests with a step in flight (pipeline parallelism):
+        they are neither scheduled, preempted nor counted out of the batch; `limit`: sequences in the step at most.
+        The defaults schedule every request (a plain engine)."""
+        cap = self.config.max_running_requests if limit is None else limit
         alternate = not self.config.mixed_chunk
         decode_turn = alternate and self._last_step_prefilled
-        plan = self._schedule_decodes() if not alternate or decode_turn else []
+        plan = self._schedule_decodes(exclude, cap) if not alternate or decode_turn else []
         if decode_turn and plan:
             self._last_step_prefilled = False
             return plan
         budget = self.config.chunked_prefill_size
-        for req in [r for r in self.running if r.is_prefilling]:
-            if budget <= 0:
+        for req in [r for r in self.running if r.is_prefilling and r not in exclude]:
+            if budget <= 0 or len(plan) >= cap:
                 break
             n = min(req.num_fill - req.kv_len, budget)
             if self.kv.ensure_capacity(req, req.kv_len + n):
                 plan.append(ScheduledSeq(req, n))
                 budget -= n
-        if budget > 0:
-            plan.extend(self._admit(budget))
+        if budget > 0 and len(plan) < cap:
+            plan.extend(self._admit(budget, cap - len(plan)))
         self._last_step_prefilled = any(s.num_tokens > 1 or not s.req.output_ids for s in plan)
         if alternate and not plan:
-            plan = self._schedule_decodes()  # nothing to prefill: decode now rather than idle a step
+            plan = self._schedule_decodes(exclude, cap)  # nothing to prefill: decode now rather than idle a step
         self.new_token_ratio = max(
             self.config.min_new_token_ratio, self.new_token_ratio - self.config.new_token_ratio_decay
         )
         return plan
 
-    def _schedule_decodes(self) -> list[ScheduledSeq]:
+    def _schedule_decodes(self, exclude: AbstractSet[Request], cap: int) -> list[ScheduledSeq]:
         plan: list[ScheduledSeq] = []
-        for req in [r for r in self.running if not r.is_prefilling]:
-            while req.status is RequestStatus.RUNNING and not self.kv.ensure_capacity(req, req.kv_len + 1):
-                self._preempt(self.running[-1])
-            if req.status is RequestStatus.RUNNING:
+        for req in [r for r in self.running if not r.is_prefilling and r not in exclude]:
+            if len(plan) >= cap:
+                break
+            fits = req.status is RequestStatus.RUNNING and self.kv.ensure_capacity(req, req.kv_len + 1)
+            while not fits and req.status is RequestStatus.RUNNING:
+                victim = self._victim(exclude)
+                if victim is None:
+                    break  # every other request has a step in flight: this one waits for them
+                self._preempt(victim)
+                fits = req.status is RequestStatus.RUNNING and self.kv.ensure_capacity(req, req.kv_len + 1)
+            if fits:
                 plan.append(ScheduledSeq(req, 1))
         return plan
+
+    def _victim(self, exclude: AbstractSet[Request]) -> Request | None:
+        """The newest running request that may be preempted (none with a step in flight)."""
+        if not exclude:
+            return self.running[-1]
+        return next((r for r in reversed(self.running) if r not in exclude), None)
 
     def _preempt(self, req: Request) -> None:
         """Retract a running request: free its KV (cached or swapped where possible) and queue it to resume first."""
@@ -154,12 +172,12 @@ class Scheduler:
             req.prefix_memo = (tree.version, req.num_fill, matched)
         return matched
 
-    def _admit(self, budget: int) -> list[ScheduledSeq]:
+    def _admit(self, budget: int, room: int) -> list[ScheduledSeq]:
         plan: list[ScheduledSeq] = []
         reserved = sum(self._future_tokens(r) for r in self.running)
         in_batch = RadixCache(page_size=1)  # uncached prompts admitted this step, to spot shared prefixes
         for req in self._ordered_waiting():
-            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+            if budget <= 0 or len(self.running) >= self.config.max_running_requests or len(plan) >= room:
                 break
             if req.lag:
                 continue  # preempted while its step was in flight: its last token is not known yet

@@ -10,6 +10,7 @@ from sprig.kernels.backend import backend_reason
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.model.kv_pool import KVPool
+from sprig.runtime.model.parallel import pipeline_stage
 
 GRAMMAR_BACKENDS = {
     "llguidance": "llguidance (context-free grammars over sprig's JSON Schema translation, masks computed lazily)",
@@ -41,8 +42,19 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("host KV tier", _host_tier_fact(core)),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
         ("tensor parallel", str(cfg.tp_size)),
+        ("pipeline parallel", _stages_fact(core)),
         ("speculative", _speculative_fact(cfg)),
     ]
+
+
+def _stages_fact(core: EngineCore) -> str:
+    """"1", or each stage's layers: "2 stages: layers 0-7 | 8-11 + LM head"."""
+    pp = core.config.pp_size
+    if pp == 1:
+        return "1"
+    stages = [pipeline_stage(core.model_config, pp, s) for s in range(pp)]
+    spans = [str(r.start) if r.count == 1 else f"{r.start}-{r.end - 1}" for r in stages]
+    return f"{pp} stages: layers " + " | ".join(spans) + " + LM head"
 
 
 def _graphs_fact(core: EngineCore) -> str:

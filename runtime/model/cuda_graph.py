@@ -35,7 +35,7 @@ class DecodeGraphRunner:
                  use_graphs: bool) -> None:
         self.model = model
         self.pool = pool
-        self.device = model.embed_tokens.weight.device
+        self.device = model.device
         self.page_size = pool.page_size
         self.max_pages = -(-max_context // pool.page_size)
         self.batch_sizes = sorted(set(batch_sizes))

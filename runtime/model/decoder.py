@@ -26,7 +26,7 @@ from sprig.kernels.cpu_gemm import (
     vnni_pack,
 )
 from sprig.runtime.model.config import ModelConfig
-from sprig.runtime.model.parallel import TPContext, local_config, shard_plan
+from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
 
@@ -217,53 +217,87 @@ class CausalLM(nn.Module):
 
     With a `TPContext` of size > 1 the model holds one rank's shard (`plan`) and `layer_cfg` is the rank-local
     config of its layers and KV pool; `cfg` stays the whole model's. Every rank runs `forward` on the same batch.
+    With a `StageRange` (pipeline parallelism) it holds only that stage's layers (`layers[i]` is decoder layer
+    `stage.start + i`), the embedding on the first stage and the final norm and LM head on the last (the tied
+    embedding too, when it is the LM head); the other parts are not built at all.
     """
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet | None = None,
-                 tp: TPContext | None = None) -> None:
+                 tp: TPContext | None = None, stage: StageRange | None = None) -> None:
         super().__init__()
         ops = ops or get_kernels("torch")
         self.cfg = cfg
         self.dtype = dtype
         self.ops = ops
         self.tp = tp or TPContext()
+        self.stage = stage or whole_model(cfg.num_layers)
         self.plan = shard_plan(cfg, self.tp)
-        self.layer_cfg = local_config(cfg, self.plan)
-        self.embed_tokens = nn.Embedding(self.plan.vocab_rows, cfg.hidden_size, dtype=dtype)
-        self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
+        self.layer_cfg = local_config(cfg, self.plan, self.stage)
+        first, last = self.stage.first, self.stage.last
+        needs_embedding = first or (last and cfg.tie_word_embeddings)  # why: a tied LM head is the embedding
+        self.embed_tokens = nn.Embedding(self.plan.vocab_rows, cfg.hidden_size, dtype=dtype) if needs_embedding \
+            else None
+        if self.embed_tokens is not None:
+            self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops) if last else None
         vocab_rows = self.plan.vocab_rows
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, vocab_rows, False, dtype)
+        self.lm_head = None if cfg.tie_word_embeddings or not last else Linear(cfg.hidden_size, vocab_rows, False,
+                                                                                dtype)
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs (every stage holds the rotary table)."""
+        table = self.cos_sin_cache
+        assert isinstance(table, torch.Tensor)  # a registered buffer
+        return table.device
+
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                k_scales: list[torch.Tensor] | None = None, v_scales: list[torch.Tensor] | None = None) -> torch.Tensor:
+                k_scales: list[torch.Tensor] | None = None, v_scales: list[torch.Tensor] | None = None,
+                hidden: torch.Tensor | None = None) -> torch.Tensor:
         """Return next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded), in the model's dtype:
         the sampler copies them to float32 where it changes them, and a greedy batch reads them as they are.
-        A quantized pool passes its per-layer scales (`KVPool.k_scales` / `v_scales`)."""
-        x = self.embed_tokens(batch.input_ids) if not self.tp.enabled else self._embed_sharded(batch.input_ids)
-        residual = None
+        A quantized pool passes its per-layer scales (`KVPool.k_scales` / `v_scales`).
+
+        A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
+        output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
+        if hidden is None:
+            x, residual = self._embed(batch.input_ids), None
+        else:
+            x, residual = hidden[0], hidden[1]
         no_scales = [None] * len(self.layers)
         for layer, k_cache, v_cache, k_scale, v_scale in zip(
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
             x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
-        assert residual is not None  # the model has layers
+        assert residual is not None  # every stage has layers
+        if not self.stage.last:
+            return torch.stack((x, residual))
         if batch.logits_rows is not None:
             x = x.index_select(0, batch.logits_rows)
             residual = residual.index_select(0, batch.logits_rows)
+        assert self.norm is not None  # built on the last stage
         x, _ = self.norm.add_and_norm(x, residual)
-        logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
+        if self.lm_head is None:
+            assert self.embed_tokens is not None  # tied: the last stage holds the embedding
+            logits = F.linear(x, self.embed_tokens.weight)
+        else:
+            logits = self.lm_head(x)
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        assert self.embed_tokens is not None  # built on the first stage
+        return self.embed_tokens(ids) if not self.tp.enabled else self._embed_sharded(ids)
 
     def _embed_sharded(self, ids: torch.Tensor) -> torch.Tensor:
         """Vocab-parallel lookup: each rank embeds the ids in its slice, zeros elsewhere, and the sum is exact."""
         local = ids - self.plan.vocab_start
         outside = (local < 0) | (local >= self.plan.vocab_rows)
+        assert self.embed_tokens is not None  # built on the first stage
         x = self.embed_tokens(local.masked_fill(outside, 0))
         x.masked_fill_(outside.unsqueeze(-1), 0)
         return self.tp.all_reduce(x)

@@ -20,7 +20,7 @@ from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
-from sprig.runtime.model.parallel import TPContext
+from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
     QUANTIZATION_METHODS,
@@ -87,8 +87,11 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         return SourceSlice(dim, start, length, full) if sharded else None  # why: size 1 reads whole tensors
 
     vocab = src(0, plan.vocab_start, plan.vocab_real, cfg.vocab_size)
-    targets = {"model.embed_tokens.weight": Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab),
-               "model.norm.weight": Target(model.norm, "weight")}
+    targets: dict[str, Target] = {}
+    if model.embed_tokens is not None:
+        targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
+    if model.norm is not None:
+        targets["model.norm.weight"] = Target(model.norm, "weight")
     if model.lm_head is not None:
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
@@ -97,7 +100,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
     mlp_src = src(0, plan.intermediate_start, local.intermediate_size, cfg.intermediate_size)
     for i, layer in enumerate(model.layers):
         assert isinstance(layer, DecoderLayer)  # a ModuleList yields plain Modules
-        p = f"model.layers.{i}."
+        p = f"model.layers.{model.stage.start + i}."  # why: a pipeline stage's layer 0 is a later checkpoint layer
         attn, mlp = layer.self_attn, layer.mlp
         offsets = {"q": (0, local.q_size, q_src), "k": (local.q_size, local.kv_size, kv_src),
                    "v": (local.q_size + local.kv_size, local.kv_size, kv_src)}
@@ -119,6 +122,17 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
         targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
     return targets
+
+
+def _other_stage(name: str, model: CausalLM) -> bool:
+    """Whether checkpoint tensor `name` belongs to a part of the model that another pipeline stage holds."""
+    stage = model.stage
+    if name.startswith("model.layers."):
+        index = name.split(".", 3)[2]
+        return index.isdigit() and int(index) < stage.num_layers and not stage.start <= int(index) < stage.end
+    head = {"model.embed_tokens.weight": model.embed_tokens, "model.norm.weight": model.norm,
+            "lm_head.weight": model.lm_head}
+    return name in head and head[name] is None and (stage.count < stage.num_layers)
 
 
 def _safetensors_files(folder: Path) -> list[Path]:
@@ -198,11 +212,11 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
-    tp: TPContext | None = None, fp8: Fp8Format | None = None,
+    tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
 ) -> CausalLM:
     ops = get_kernels(backend, device)
     with torch.device("meta"):
-        model = CausalLM(cfg, dtype, ops, tp)
+        model = CausalLM(cfg, dtype, ops, tp, stage)
         if quantization == "int8":
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
@@ -215,7 +229,7 @@ def _build_empty_model(
             m.use_kernel = m.use_kernel and device == "cpu"
     cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
     model.cos_sin_cache = cache.to(device)
-    for head in (model.embed_tokens, model.lm_head):
+    for head in (model.embed_tokens, model.lm_head):  # either may be another pipeline stage's
         if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
             head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
     return model
@@ -228,10 +242,12 @@ def load_model(
     device: str = "cpu",
     attention_backend: str | None = None,
     tp: TPContext | None = None,
+    stage: StageRange | None = None,
 ) -> CausalLM:
     """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors.
 
-    With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`).
+    With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`); with a
+    pipeline `stage` only that stage's layers (and the embedding / LM head where it holds them) are built and read.
     """
     folder = Path(path)
     cfg = load_model_config(folder)
@@ -249,7 +265,7 @@ def load_model(
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8)
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage)
     except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
     targets = _weight_targets(model, fp8)
@@ -257,8 +273,9 @@ def load_model(
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
     # On a terminal only (tqdm's disable=None), from rank 0, and for loads that take a while (`delay`).
+    rank0 = (tp is None or tp.rank == 0) and (stage is None or stage.first)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", delay=PROGRESS_DELAY_S,
-               disable=None if tp is None or tp.rank == 0 else True)
+               disable=None if rank0 else True)
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -267,6 +284,8 @@ def load_model(
                         continue
                     if fp8 is not None and name.endswith(".input_scale"):
                         continue  # static activation scales: activations stay in the model dtype here
+                    if name not in targets and _other_stage(name, model):
+                        continue  # another pipeline stage's weights: never read
                     if name not in targets:
                         unexpected.append(name)
                         continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,13 +42,24 @@ class StepOutput:
         return self.logits.index_select(0, torch.tensor(rows, device=self.logits.device))
 
 
+@dataclass(frozen=True)
+class StepHandle:
+    """A launched step: its output when the runner computed it at once, else what a pipelined runner waits on."""
+
+    output: StepOutput | None = None
+    pending: Any = None
+
+
 class ModelRunner:
-    """Owns the model and the pool tensors; one `forward` per engine step."""
+    """Owns the model and the pool tensors; one `forward` per engine step.
+
+    `launch` / `collect` split a step for runners that keep several in flight (pipeline parallelism); here
+    `launch` just runs the forward."""
 
     def __init__(self, model: CausalLM, pool: KVPool) -> None:
         self.model = model
         self.pool = pool
-        self.device = model.embed_tokens.weight.device
+        self.device = model.device
         self.graph_runner: DecodeGraphRunner | None = None
 
     def enable_decode_graphs(self, max_context: int, max_batch: int, use_graphs: bool) -> None:
@@ -94,6 +106,21 @@ class ModelRunner:
             logits_rows=None if len(logits_rows) == t else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
         )
         return batch, row_start, row_count
+
+    def launch(self, seqs: Sequence[SeqInput]) -> StepHandle:
+        """Start a step; `collect` returns its output."""
+        return StepHandle(self.forward(seqs))
+
+    def collect(self, handle: StepHandle) -> StepOutput:
+        assert handle.output is not None  # launched by this runner
+        return handle.output
+
+    def run_stage(self, seqs: Sequence[SeqInput], hidden: torch.Tensor | None) -> torch.Tensor:
+        """A pipeline stage's share of a step: its hidden states [2, T, hidden] for the next stage, or on the last
+        stage the logits. Every stage builds the same batch from the same sequences."""
+        batch, _, _ = self.build_batch(seqs)
+        return self.model(batch, self.pool.k_caches, self.pool.v_caches, self.pool.k_scales, self.pool.v_scales,
+                          hidden=hidden)
 
     def forward(self, seqs: Sequence[SeqInput]) -> StepOutput:
         if self.graph_runner is not None and self.graph_runner.can_run(seqs):

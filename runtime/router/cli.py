@@ -130,7 +130,8 @@ def cmd_serve_dp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     """`sprig serve --dp-size N`: N replicas on loopback ports, the router on --host/--port; all stop together."""
     skip = DP_SKIP | {a.dest for a in parser._actions if a.dest in _router_dests()}
     base = args_to_argv(parser, args, skip)
-    commands = [serve_command(replica_args(base, i, args.device, args.tp_size)) for i in range(args.dp_size)]
+    commands = [serve_command(replica_args(base, i, args.device, args.tp_size * args.pp_size))
+                for i in range(args.dp_size)]
     settings = settings_from_args(args, [])
     replicas = launch_replicas(commands)
     try:
