@@ -63,11 +63,13 @@ def test_bad_tp_size_is_refused_before_any_process_starts(tiny_paths):
 
 
 # --- engines --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
-def test_tp2_engine_gives_the_greedy_tokens_of_tp1(tiny_paths, name):
+@pytest.mark.parametrize(("name", "overlap"), [("tiny-llama", False), ("tiny-qwen3", True)],
+                         ids=["tiny-llama", "tiny-qwen3-overlap"])
+def test_tp2_engine_gives_the_greedy_tokens_of_tp1(tiny_paths, name, overlap):
+    """Also with the overlap schedule on the TP engine (the side thread schedules while rank 0 broadcasts)."""
     ref, e1 = _generate(tiny_paths[name], 1)
     e1.shutdown()
-    got, e2 = _generate(tiny_paths[name], 2)
+    got, e2 = _generate(tiny_paths[name], 2, enable_overlap_schedule=overlap)
     try:
         assert [r["output_ids"] for r in got] == [r["output_ids"] for r in ref]
         assert [r["text"] for r in got] == [r["text"] for r in ref]
