@@ -8,6 +8,11 @@ print the Triton kernel's TFLOP/s (prefill is compute-bound, so its %bw is expec
 
     python benchmarks/gpu_check.py                  # fp16 and bf16, about 2-4 minutes on an H100/H200
     python benchmarks/gpu_check.py --dtypes fp16 --budget-s 120
+    python benchmarks/gpu_check.py --engine         # instead: the overlap schedule on/off, and pp 1 vs 2 (2 GPUs)
+
+`--engine` runs overlap_bench's measurement on CUDA (llama-100m bf16, 128 -> 64 tokens, concurrency 16 and 64,
+overlap off then on: output tokens/s, the gap between forwards, the forward's time per step) and, where two GPUs
+are visible, pp_bench's pp = 1 against pp = 2 (throughput, TPOT, the p2p time per step).
 
 Exit status: 0 all comparisons pass, 1 some comparison failed, 2 no CUDA device (or triton missing).
 It stops starting new cases once `--budget-s` (default 420 s, so the whole run fits in 8 minutes) is spent.
@@ -320,6 +325,27 @@ def _report(case: Case, bw: float, flush: torch.Tensor) -> int:
     return 0 if ok else 1
 
 
+def engine_check(model: str) -> None:
+    """The overlap schedule and pipeline parallelism on CUDA, with the CPU benchmarks' measurements."""
+    import overlap_bench
+    import pp_bench
+
+    print(f"{'C':>4} {'mode':>8} {'tok/s':>8} {'gap us':>8} {'fwd ms':>8}")
+    for conc in (16, 64):
+        for overlap in (False, True):
+            r = overlap_bench.measure(model, 1, conc, overlap, seed=conc, device="cuda")
+            print(f"{conc:>4} {'overlap' if overlap else 'serial':>8} {r['tok_s']:>8.1f} {r['gap_us']:>8.0f} "
+                  f"{r['forward_ms']:>8.2f}")
+    if torch.cuda.device_count() < 2:
+        print("pipeline parallel: skipped (each stage needs its own GPU; 1 visible)")
+        return
+    args = argparse.Namespace(dtype="bfloat16", requests=64, concurrency=16, new_tokens=64)
+    for pp in (1, 2):
+        r = pp_bench.run(model, pp, pp == 1, args, device="cuda")
+        print(f"pp {pp}: {r['output_tok_s']:.0f} tok/s, TPOT {r['tpot_ms_median']:.2f} ms, "
+              f"p2p {r['comm_ms_per_step']:.3f} ms/step")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, refuse politely without CUDA, run the check; the process exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -327,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=420.0, help="stop starting cases after this many seconds"
     )
+    parser.add_argument("--engine", action="store_true", help="the engine measurements instead of the kernels")
+    parser.add_argument("--model", default="llama-100m", help="checkpoint recipe for --engine")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device on this machine; run it on a GPU. (On CPU the Triton kernels are "
@@ -341,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: triton is not installed: pip install 'sprig[gpu]'", file=sys.stderr)
         return 2
     torch.manual_seed(0)
+    if args.engine:
+        engine_check(args.model)
+        return 0
     failures = run([DTYPES[name.strip()] for name in args.dtypes.split(",")], args.budget_s)
     print(f"\n{'all comparisons pass' if failures == 0 else f'{failures} comparison(s) FAILED'}")
     return 1 if failures else 0

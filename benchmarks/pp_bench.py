@@ -57,14 +57,15 @@ async def _drive(engine: Any, prompts: list[list[int]], new_tokens: int, concurr
     return time.perf_counter() - start, rows
 
 
-def run(model: str, pp: int, graphs: bool, args: argparse.Namespace) -> dict[str, Any]:
+def run(model: str, pp: int, graphs: bool, args: argparse.Namespace, device: str = "cpu") -> dict[str, Any]:
+    """One engine (pp ranks): a warm-up, then the workload; throughput, latencies and message times."""
     from sprig import Engine
     from sprig.runtime.model.checkpoints import checkpoint_path
 
     stats_dir = tempfile.mkdtemp(prefix="pp_bench_")
     os.environ["SPRIG_PP_STATS_DIR"] = stats_dir  # the spawned ranks inherit it
     engine = Engine(str(checkpoint_path(model)), pp_size=pp, num_threads=1, max_total_tokens=32768,
-                    random_seed=0, dtype=args.dtype, disable_cuda_graph=not graphs)
+                    random_seed=0, dtype=args.dtype, disable_cuda_graph=not graphs, device=device)
     try:
         vocab = engine.model_config.vocab_size
         asyncio.run(_drive(engine, workload(4, 8, vocab, seed=1), 8, 4))  # warm-up
