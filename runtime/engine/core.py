@@ -273,7 +273,7 @@ class EngineCore:
 
     def _step_overlapped(self) -> list[Request]:
         """A step whose forward runs while the side thread does the last step's stop checks (detokenizing,
-        stop strings, retiring) and schedules the next step. The next step is planned before this one's tokens
+        stop strings, retiring), reports them to their callers and schedules the next step. The next step is planned before this one's tokens
         are known: each sampling row counts one token of `lag`, resolved when the token is sampled. A request
         that this step's stop checks finish still rides in the next step; its row is then dropped unsampled."""
         t0 = time.perf_counter()
@@ -295,16 +295,20 @@ class EngineCore:
         try:
             out = self._forward(seqs)
         finally:
-            checked, self._next_plan = side.result()  # why: the side thread owns the scheduler until it is done
-        updated += checked
+            _, self._next_plan = side.result()  # why: the side thread owns the scheduler until it is done
         updated += self._finish_rows(rows, out, _PendingMasks(sampling, masks), {}, defer=True)
         self._count_step(plan, time.perf_counter() - t0)
         return updated
 
     def _side_work(self, sampled: list[_Sampled]) -> Future[tuple[list[Request], list[ScheduledSeq]]]:
-        """The last step's stop checks, then the next step's plan, on the side thread."""
+        """The last step's stop checks and reports, then the next step's plan, on the side thread."""
         assert self._side is not None
-        return self._side.submit(lambda: (self._check_sampled(sampled), self.scheduler.schedule()))
+
+        def work() -> tuple[list[Request], list[ScheduledSeq]]:
+            self.notify(checked := self._check_sampled(sampled))  # why: streaming callers are woken from here too
+            return checked, self.scheduler.schedule()
+
+        return self._side.submit(work)
 
     def _take_deferred(self) -> list[_Sampled]:
         taken, self._deferred = self._deferred, []
