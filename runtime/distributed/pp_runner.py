@@ -5,20 +5,32 @@ flight on disjoint requests (`engine/pipeline.py`), so every stage has a micro-b
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from sprig.runtime.distributed.errors import ParallelError, PipelineParallelError
+from sprig.runtime.distributed.pp_protocol import PipeLink
 from sprig.runtime.distributed.tp_protocol import Command, encode_step
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepHandle, StepOutput
 
-if TYPE_CHECKING:
-    from sprig.runtime.distributed.tp_group import TPGroup
+
+class StageGroup(Protocol):
+    """What the runner needs of rank 0's group (`tp_group.TPGroup`): its lock and link, sending, failing."""
+
+    lock: threading.Lock
+    link: PipeLink | None
+
+    def send(self, command: Command, payload: torch.Tensor | None = None) -> None: ...
+    def touch(self) -> None: ...
+    def raise_if_failed(self) -> None: ...
+    def wait_for_cause(self, timeout: float) -> str | None: ...
+    def fail(self, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ class PipelineRunner(ModelRunner):
     """Stage 0 on rank 0: broadcast the step to the stage's tensor-parallel peers, run the stage's layers, send the
     sequences and hidden states to stage 1, and receive the logits when the step is collected."""
 
-    def __init__(self, model: CausalLM, pool: KVPool, group: TPGroup) -> None:
+    def __init__(self, model: CausalLM, pool: KVPool, group: StageGroup) -> None:
         super().__init__(model, pool)
         self.group = group
         assert group.link is not None  # a pipeline group has its link once started
@@ -72,7 +84,7 @@ class PipelineRunner(ModelRunner):
 class _FailureGuard:
     """Turns a failed message into the group's failure (naming the dead rank when there is one)."""
 
-    def __init__(self, group: TPGroup) -> None:
+    def __init__(self, group: StageGroup) -> None:
         self.group = group
 
     def __enter__(self) -> None:

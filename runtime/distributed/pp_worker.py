@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from sprig.runtime.distributed.pp_protocol import PipeLink
+from sprig.runtime.distributed.rank_spec import RankSpec, collective_device
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, decode_step
-from sprig.runtime.distributed.tp_worker import RankSpec, collective_device
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.parallel import TPContext
 from sprig.runtime.model.runner import ModelRunner

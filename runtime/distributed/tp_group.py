@@ -43,15 +43,9 @@ from sprig.runtime.distributed.errors import ParallelError, PipelineParallelErro
 from sprig.runtime.distributed.pp_protocol import PipeLink
 from sprig.runtime.distributed.pp_runner import PipelineRunner
 from sprig.runtime.distributed.pp_worker import pipe_link
+from sprig.runtime.distributed.rank_spec import RankSpec, collective_device, describe_rank
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, encode_step
-from sprig.runtime.distributed.tp_worker import (
-    RankSpec,
-    build_shard,
-    collective_device,
-    describe_rank,
-    join_group,
-    torchrun_spec,
-)
+from sprig.runtime.distributed.tp_worker import build_shard, join_group, torchrun_spec
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool

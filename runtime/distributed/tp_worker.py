@@ -17,8 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import replace
 from multiprocessing.connection import Connection
 
 import torch
@@ -26,58 +25,24 @@ import torch.distributed as dist
 
 from sprig.kernels.kv_quant import KVCacheDtype
 from sprig.runtime.config import EngineConfig
+from sprig.runtime.distributed.pp_worker import serve_stage
+from sprig.runtime.distributed.rank_spec import (
+    RankSpec,
+    collective_device,
+    collective_timeout,
+    rank_name,
+)
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, decode_step
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool, PoolSize, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
-from sprig.runtime.model.parallel import Backend, TPContext, pipeline_stage, rank_device
+from sprig.runtime.model.parallel import TPContext, pipeline_stage
 from sprig.runtime.model.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
 PARENT_POLL_S = 0.5
-DEFAULT_TIMEOUT_S = 600.0  # a collective waiting longer than this is a hung rank (idle ranks get heartbeats)
-
-
-def collective_timeout() -> timedelta:
-    """The process-group timeout; `SPRIG_TP_TIMEOUT` (seconds) overrides it."""
-    return timedelta(seconds=float(os.environ.get("SPRIG_TP_TIMEOUT", DEFAULT_TIMEOUT_S)))
-
-
-@dataclass(frozen=True)
-class RankSpec:
-    """Everything a rank needs to join the group and build its shard."""
-
-    rank: int
-    size: int
-    local_rank: int
-    init_method: str  # tcp://host:port, or env:// under torchrun
-    config: EngineConfig
-    model_path: str
-    parent_pid: int | None = None  # spawned ranks exit when this process goes away
-
-    @property
-    def device(self) -> str:
-        return rank_device(self.config.device, self.local_rank)
-
-    @property
-    def tp_size(self) -> int:
-        return self.config.tp_size
-
-    @property
-    def stage(self) -> int:
-        """This rank's pipeline stage (0 without pipeline parallelism)."""
-        return self.rank // self.config.tp_size
-
-    @property
-    def tp_rank(self) -> int:
-        """This rank's place in its stage's tensor-parallel group."""
-        return self.rank % self.config.tp_size
-
-    @property
-    def backend(self) -> Backend:
-        return Backend.for_device(self.config.device)
 
 
 def join_group(spec: RankSpec) -> TPContext:
@@ -116,22 +81,6 @@ def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
     return model, KVPool(model.layer_cfg, size, dtype, spec.device, kv_dtype)
 
 
-def rank_name(spec: RankSpec) -> str:
-    """How messages name a rank: "tensor-parallel rank 1", or "pipeline rank 3 (stage 1, tp rank 1)"."""
-    return describe_rank(spec.rank, spec.config.tp_size, spec.config.pp_size)
-
-
-def describe_rank(rank: int, tp_size: int, pp_size: int) -> str:
-    if pp_size == 1:
-        return f"tensor-parallel rank {rank}"
-    return f"pipeline rank {rank} (stage {rank // tp_size}, tp rank {rank % tp_size})"
-
-
-def collective_device(spec: RankSpec) -> torch.device:
-    """Where messages between ranks live: the GPU for NCCL, the CPU for gloo."""
-    return torch.device(spec.device if spec.backend is Backend.NCCL else "cpu")
-
-
 def serve_steps(spec: RankSpec, tp: TPContext, runner: ModelRunner) -> None:
     """Run each step rank 0 broadcasts until SHUTDOWN."""
     channel = StepChannel(tp, collective_device(spec))
@@ -160,8 +109,6 @@ def run_worker(spec: RankSpec, report: Connection | None = None) -> int:
         report.send(("ready", None))
     try:
         if spec.config.pp_size > 1:
-            from sprig.runtime.distributed.pp_worker import serve_stage  # why: pp_worker imports this module
-
             serve_stage(spec, tp, ModelRunner(model, pool))
         else:
             serve_steps(spec, tp, ModelRunner(model, pool))

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
+from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.errors import RequestError
 
@@ -93,6 +95,24 @@ def fill_bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
     return bitmask
 
 
+@dataclass(frozen=True)
+class PendingMasks:
+    """The bitmask being filled for `reqs` while the forward runs (or, with no future, filled when taken)."""
+
+    reqs: list[Request]
+    future: Future | None
+
+    def take(self, reqs: list[Request], vocab_size: int) -> torch.Tensor | None:
+        """The bitmask rows of `reqs`: the pending fill, or a fresh one if the rows changed (an abort)."""
+        if self.future is None and all(r.matcher is None for r in reqs):
+            return None
+        if self.future is not None and reqs == self.reqs:
+            return self.future.result()
+        if self.future is not None:
+            self.future.result()  # why: the worker must be done with the matchers before they are used here
+        return fill_bitmask([r.matcher for r in reqs], vocab_size)
+
+
 class MaskFiller:
     """Fills a step's grammar bitmask beside the forward where that pays, else leaves it to the sampler.
 
@@ -119,3 +139,27 @@ class MaskFiller:
     def shutdown(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def advance_grammar(req: Request, token: int, jump_forward: bool) -> list[int]:
+    """Feed the sampled token to the request's matcher; returns the tokens to append: the sampled one, then the
+    text the grammar forces next (jump-forward), re-tokenized with the sampled token when that reads better."""
+    matcher = req.matcher
+    if not matcher.accept_token(token):
+        raise RuntimeError(f"grammar rejected sampled token {token}")
+    if not jump_forward or matcher.is_terminated():
+        return [token]
+    jump = matcher.find_jump_forward_tokens()
+    if jump is None:
+        return [token]
+    # The forced text is re-tokenized together with the sampled token (rollback 1) or after it (rollback 0).
+    matcher.rollback(jump.rollback)
+    if not matcher.accept_tokens(jump.token_ids):
+        if jump.rollback:
+            matcher.accept_token(token)
+        return [token]
+    if req.logprobs.return_logprob:
+        if jump.rollback:
+            req.output_logprobs.pop()
+        req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
+    return ([] if jump.rollback else [token]) + list(jump.token_ids)

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,15 +11,19 @@ from sprig.kernels.kv_quant import KVCacheDtype
 from sprig.radix import HiRadixCache, RadixCache
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed.tp_group import TPGroup
-from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, fill_bitmask
+from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, PendingMasks, advance_grammar
 from sprig.runtime.engine.host_tier import HiCacheCounters, build_host_tier
 from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.overlap import OverlapSteps
+from sprig.runtime.engine.pipeline import PipelinedSteps
+from sprig.runtime.engine.prompt_logprobs import record_prompt_logprobs
 from sprig.runtime.engine.request import Logprob, Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
 from sprig.runtime.engine.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
 from sprig.runtime.engine.spec.build import build_speculator
 from sprig.runtime.engine.spec.speculator import Draft
 from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
+from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoints import demo_model_path
@@ -33,75 +33,15 @@ from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from sprig.runtime.engine.pipeline import PipelinedSteps
-
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class EngineCounters:
-    steps: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    computed_tokens: int = 0  # tokens whose KV a forward computed (prefill + decode)
-    finished_requests: int = 0
-    aborted_requests: int = 0
-    request_errors: int = 0
-    model_time: float = 0.0
-    step_time: float = 0.0
-    decode_steps: int = 0
-    decode_batch_tokens: int = 0
-    jump_forward_tokens: int = 0
-    forward_gap_time: float = 0.0  # from the end of one forward to the start of the next, while busy
-    forward_gaps: int = 0
-    recent_step_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=64))
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One scheduled row, with what it does fixed before its KV length advances."""
-
-    seq: ScheduledSeq
-    first_pos: int  # kv_len before the step
-    prompt_logprobs: bool  # the step's logits give prompt logprobs
-    completes: bool  # the step computes the last known token: a token is sampled (or the prompt-only request ends)
-
-    @property
-    def req(self) -> Request:
-        return self.seq.req
-
-
-@dataclass(frozen=True)
-class _Sampled:
-    """A token the overlap schedule fed to the next step before running its stop checks (done beside that step)."""
-
-    req: Request
-    token: int
-    logprob: Logprob | None
-
-
-@dataclass(frozen=True)
-class _PendingMasks:
-    """The bitmask being filled for `reqs` while the forward runs (or, with no future, filled when taken)."""
-
-    reqs: list[Request]
-    future: Future | None
-
-    def take(self, reqs: list[Request], vocab_size: int) -> torch.Tensor | None:
-        """The bitmask rows of `reqs`: the pending fill, or a fresh one if the rows changed (an abort)."""
-        if self.future is None and all(r.matcher is None for r in reqs):
-            return None
-        if self.future is not None and reqs == self.reqs:
-            return self.future.result()
-        if self.future is not None:
-            self.future.result()  # why: the worker must be done with the matchers before they are used here
-        return fill_bitmask([r.matcher for r in reqs], vocab_size)
+__all__ = ["EngineCore", "EngineCounters"]
 
 
 class EngineCore:
-    """Owns the model, KV pool, radix tree, scheduler and sampler. Not thread-safe: one loop drives it."""
+    """Owns the model, KV pool, radix tree, scheduler and sampler. Not thread-safe: one loop drives it (with the
+    overlap schedule, its side thread takes the scheduler only while the loop waits for the forward)."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -156,16 +96,10 @@ class EngineCore:
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
-        self.pipeline: PipelinedSteps | None = None
-        if config.pp_size > 1:
-            from sprig.runtime.engine.pipeline import PipelinedSteps  # why: it imports this module
-
-            self.pipeline = PipelinedSteps(self, config.pp_size)
+        self.pipeline = PipelinedSteps(self, config.pp_size) if config.pp_size > 1 else None
         self.overlap_off = self._overlap_off_reason(config)
-        # One side thread does a step's stop checks and the next step's scheduling while the forward runs here.
-        self._side = ThreadPoolExecutor(1, "sprig-overlap") if self.overlap_off is None else None
-        self._next_plan: list[ScheduledSeq] | None = None  # scheduled beside the last forward
-        self._deferred: list[_Sampled] = []  # sampled by the last step, stop checks pending
+        self.overlap = OverlapSteps(self) if self.overlap_off is None else None
+        self._deferred: list[Sampled] = []  # sampled by the last step, stop checks pending
         self._last_forward_end: float | None = None
 
     def _overlap_off_reason(self, config: EngineConfig) -> str | None:
@@ -233,8 +167,8 @@ class EngineCore:
     def shutdown(self) -> None:
         """Release what outlives the loop thread: the mask worker and the other tensor-parallel ranks."""
         self.masks.shutdown()
-        if self._side is not None:
-            self._side.shutdown(wait=True)
+        if self.overlap is not None:
+            self.overlap.shutdown()
         if self.tp is not None:
             self.tp.shutdown()
 
@@ -252,69 +186,35 @@ class EngineCore:
             self.tp.raise_if_failed()
         if self.pipeline is not None:
             return self.pipeline.step()  # pipeline parallelism: several steps in flight
-        if self._side is not None:
-            return self._step_overlapped()
+        if self.overlap is not None:
+            return self.overlap.step()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan:
-            self._last_forward_end = None
+            self.mark_idle()
             return []
         drafts = self._propose(plan)
-        rows = self._rows(plan)
-        seqs = [self._seq_input(s, drafts.get(s.req)) for s in plan]
-        sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
+        rows = self.plan_rows(plan)
+        seqs = [self.seq_input(s, drafts.get(s.req)) for s in plan]
+        sampling = [s.req for s in plan if self.will_sample(s) and s.req not in drafts]
         masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # on CUDA beside the forward; on CPU filled when taken
-        out = self._forward(seqs)
-        self._advance(rows, lag=False)
-        updated = self._finish_rows(rows, out, _PendingMasks(sampling, masks), drafts, defer=False)
-        self._count_step(plan, time.perf_counter() - t0)
+        out = self.forward(seqs)
+        self.advance(rows, lag=False)
+        updated = self.finish_rows(rows, out, PendingMasks(sampling, masks), drafts, defer=False)
+        self.count_step(plan, time.perf_counter() - t0)
         self.counters.computed_tokens += sum(len(d.tokens) for d in drafts.values())
         return updated
 
-    def _step_overlapped(self) -> list[Request]:
-        """A step whose forward runs while the side thread does the last step's stop checks (detokenizing,
-        stop strings, retiring), reports them to their callers and schedules the next step. The next step is planned before this one's tokens
-        are known: each sampling row counts one token of `lag`, resolved when the token is sampled. A request
-        that this step's stop checks finish still rides in the next step; its row is then dropped unsampled."""
-        t0 = time.perf_counter()
-        plan = [s for s in self._next_plan or () if not s.req.finished]  # finished or aborted since planned
-        self._next_plan = None
-        updated: list[Request] = []
-        if not plan:
-            updated = self._check_sampled(self._take_deferred())  # nothing to run beside them
-            plan = self.scheduler.schedule()
-            if not plan:
-                self._last_forward_end = None
-                return updated
-        rows = self._rows(plan)
-        seqs = [self._seq_input(s) for s in plan]
-        sampling = [s.req for s in plan if self._will_sample(s)]
-        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)
-        self._advance(rows, lag=True)
-        side = self._side_work(self._take_deferred())
-        try:
-            out = self._forward(seqs)
-        finally:
-            _, self._next_plan = side.result()  # why: the side thread owns the scheduler until it is done
-        updated += self._finish_rows(rows, out, _PendingMasks(sampling, masks), {}, defer=True)
-        self._count_step(plan, time.perf_counter() - t0)
-        return updated
+    def mark_idle(self) -> None:
+        """No step to run: the next forward starts a new busy stretch (no gap is counted before it)."""
+        self._last_forward_end = None
 
-    def _side_work(self, sampled: list[_Sampled]) -> Future[tuple[list[Request], list[ScheduledSeq]]]:
-        """The last step's stop checks and reports, then the next step's plan, on the side thread."""
-        assert self._side is not None
-
-        def work() -> tuple[list[Request], list[ScheduledSeq]]:
-            self.notify(checked := self._check_sampled(sampled))  # why: streaming callers are woken from here too
-            return checked, self.scheduler.schedule()
-
-        return self._side.submit(work)
-
-    def _take_deferred(self) -> list[_Sampled]:
+    def take_deferred(self) -> list[Sampled]:
+        """The tokens whose stop checks wait (see `_defer`), handed over once."""
         taken, self._deferred = self._deferred, []
         return taken
 
-    def _forward(self, seqs: list[SeqInput]) -> StepOutput:
+    def forward(self, seqs: list[SeqInput]) -> StepOutput:
         t1 = time.perf_counter()
         if self._last_forward_end is not None:
             self.counters.forward_gap_time += t1 - self._last_forward_end
@@ -324,10 +224,10 @@ class EngineCore:
         self.counters.model_time += self._last_forward_end - t1
         return out
 
-    def _rows(self, plan: list[ScheduledSeq]) -> list[_Row]:
-        return [_Row(s, s.req.kv_len, self._wants_prompt_logprobs(s), s.completes_fill) for s in plan]
+    def plan_rows(self, plan: list[ScheduledSeq]) -> list[Row]:
+        return [Row(s, s.req.kv_len, self._wants_prompt_logprobs(s), s.completes_fill) for s in plan]
 
-    def _advance(self, rows: list[_Row], lag: bool) -> None:
+    def advance(self, rows: list[Row], lag: bool) -> None:
         """Count the step's tokens as computed, share finished prefill chunks through the tree and, for the overlap
         schedule (before the forward), count each sampling row's coming token as `lag`."""
         for row in rows:
@@ -344,15 +244,15 @@ class EngineCore:
         """Draft tokens for this step's decode rows (those about to sample after one new token)."""
         if self.spec is None:
             return {}
-        rows = [s.req for s in plan if s.num_tokens == 1 and self._will_sample(s) and not self._wants_prompt_logprobs(s)]
+        rows = [s.req for s in plan if s.num_tokens == 1 and self.will_sample(s) and not self._wants_prompt_logprobs(s)]
         return self.spec.propose(rows) if rows else {}
 
     @staticmethod
-    def _will_sample(s: ScheduledSeq) -> bool:
-        """This step computes the request's last known token and a token is then sampled (see `_finish_rows`)."""
+    def will_sample(s: ScheduledSeq) -> bool:
+        """This step computes the request's last known token and a token is then sampled (see `finish_rows`)."""
         return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
 
-    def _seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput:
+    def seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput:
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
         if draft is not None:  # the last token and the drafts after it, every position's logits for verification
@@ -365,7 +265,7 @@ class EngineCore:
             return False
         return s.req.kv_len < len(s.req.prompt_ids) and s.req.kv_len + s.num_tokens > lp.logprob_start_len - 1
 
-    def _count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
+    def count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
         c = self.counters
         c.steps += 1
         c.step_time += elapsed
@@ -376,7 +276,7 @@ class EngineCore:
             c.decode_steps += 1
             c.decode_batch_tokens += tokens
 
-    def _finish_rows(self, rows: list[_Row], out: StepOutput, masks: _PendingMasks,
+    def finish_rows(self, rows: list[Row], out: StepOutput, masks: PendingMasks,
                      drafts: dict[Request, Draft], defer: bool) -> list[Request]:
         """After the forward: prompt logprobs, then sample or verify the rows that completed their fill."""
         to_sample: list[tuple[int, Request]] = []
@@ -384,7 +284,8 @@ class EngineCore:
         for i, row in enumerate(rows):
             req = row.req
             if row.prompt_logprobs:
-                self._guard(req, self._record_prompt_logprobs, req, out, i, row.first_pos)
+                start, count = out.row_start[i], out.row_count[i]
+                self._guard(req, record_prompt_logprobs, req, out.logits[start : start + count], row.first_pos)
             if req.finished or not row.completes:
                 continue
             if req.params.max_new_tokens == 0:
@@ -399,7 +300,7 @@ class EngineCore:
                 self._retire(row.req)
         return updated + [r for _, r in to_verify]
 
-    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: _PendingMasks,
+    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: PendingMasks,
                 defer: bool) -> list[Request]:
         """Sample the rows' next tokens and append them; returns the requests appended to now. With `defer`, an
         unconstrained request's token goes into its fill at once and its stop checks wait for the next step."""
@@ -431,9 +332,9 @@ class EngineCore:
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
         req.fill_ids.append(token)
-        self._deferred.append(_Sampled(req, token, self._logprob_entry(req, token, result, row)))
+        self._deferred.append(Sampled(req, token, self._logprob_entry(req, token, result, row)))
 
-    def _check_sampled(self, sampled: list[_Sampled]) -> list[Request]:
+    def check_sampled(self, sampled: list[Sampled]) -> list[Request]:
         """The deferred half of appending tokens (see `_defer`); retires the requests that finish."""
         checked: list[Request] = []
         for s in sampled:
@@ -461,7 +362,10 @@ class EngineCore:
             req.first_token_time = time.monotonic()
         if logprob is not None:
             req.output_logprobs.append(logprob)
-        tokens = [token] if req.matcher is None else self._advance_grammar(req, token)
+        tokens = [token]
+        if req.matcher is not None:
+            tokens = advance_grammar(req, token, jump_forward=not self.config.disable_jump_forward)
+            self.counters.jump_forward_tokens += len(tokens) - 1
         for n, tok in enumerate(tokens):
             req.append_output(tok, in_fill=in_fill)
             self.counters.generated_tokens += 1
@@ -495,49 +399,6 @@ class EngineCore:
             if req.finished or appended != [tok]:
                 break
         self.spec.settle(req, draft, verdict.accepted, emitted, kept)
-
-    def _advance_grammar(self, req: Request, token: int) -> list[int]:
-        """Feed the sampled token to the matcher; add the text the grammar forces next (jump-forward)."""
-        matcher = req.matcher
-        if not matcher.accept_token(token):
-            raise RuntimeError(f"grammar rejected sampled token {token}")
-        if self.config.disable_jump_forward or matcher.is_terminated():
-            return [token]
-        jump = matcher.find_jump_forward_tokens()
-        if jump is None:
-            return [token]
-        # The forced text is re-tokenized together with the sampled token (rollback 1) or after it (rollback 0).
-        matcher.rollback(jump.rollback)
-        if not matcher.accept_tokens(jump.token_ids):
-            if jump.rollback:
-                matcher.accept_token(token)
-            return [token]
-        self.counters.jump_forward_tokens += len(jump.token_ids) - jump.rollback
-        if req.logprobs.return_logprob:
-            if jump.rollback:
-                req.output_logprobs.pop()
-            req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
-        return ([] if jump.rollback else [token]) + list(jump.token_ids)
-
-    def _record_prompt_logprobs(self, req: Request, out: StepOutput, i: int, first_pos: int) -> None:
-        """Logprob of each prompt token from logprob_start_len, given the tokens before it; the step's first new
-        token sits at `first_pos`."""
-        lp = req.logprobs
-        start, count = out.row_start[i], out.row_count[i]
-        rows = out.logits[start : start + count]
-        logprobs = torch.log_softmax(rows.float(), dim=-1)
-        k = lp.top_logprobs_num
-        top_v, top_i = (logprobs.topk(k, dim=-1) if k > 0 else (None, None))
-        if lp.logprob_start_len == 0 and first_pos == 0 and not req.input_logprobs:
-            req.input_logprobs.append((None, req.prompt_ids[0], []))
-        for r in range(count):
-            pos = first_pos + r + 1  # the prompt position this row predicts
-            if pos < lp.logprob_start_len or pos >= len(req.prompt_ids):
-                continue
-            tok = req.prompt_ids[pos]
-            top = list(zip(top_v[r].tolist(), top_i[r].tolist(), strict=True)) if top_v is not None and \
-                top_i is not None else []
-            req.input_logprobs.append((float(logprobs[r, tok]), tok, top))
 
     def _guard(self, req: Request, fn, *args) -> None:
         """Run one request's post-processing; an exception fails that request only."""

@@ -3,7 +3,7 @@
 As in SGLang, micro-batches are formed across steps: each step schedules only requests without a step in flight
 (`Scheduler.schedule(exclude=...)`), at most a `1 / pp_size` share of the active requests, and launches it
 (rank 0 runs stage 0 and hands it on); once `pp_size` steps are in flight, or nothing new could be scheduled, the
-oldest is collected and processed like any step (`EngineCore._finish_rows`). An in-flight request is never
+oldest is collected and processed like any step (`EngineCore.finish_rows`). An in-flight request is never
 re-scheduled, preempted or counted out: its KV length and pages stay as they were when its step was launched
 until that step is collected.
 
@@ -19,9 +19,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from sprig.runtime.engine.core import EngineCore, _PendingMasks
+from sprig.runtime.engine.constraints import PendingMasks
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.scheduler import ScheduledSeq
+from sprig.runtime.engine.steps import StepHost
 from sprig.runtime.model.runner import StepHandle, StepOutput
 
 
@@ -35,7 +36,7 @@ class _Launched:
 class PipelinedSteps:
     """Drives `core`'s scheduler and runner with up to `depth` steps in flight."""
 
-    def __init__(self, core: EngineCore, depth: int) -> None:
+    def __init__(self, core: StepHost, depth: int) -> None:
         self.core = core
         self.depth = depth
         self.in_flight: deque[_Launched] = deque()
@@ -65,7 +66,7 @@ class PipelinedSteps:
 
     def _launch(self, plan: list[ScheduledSeq]) -> None:
         t0 = time.perf_counter()
-        handle = self.core.runner.launch([self.core._seq_input(s) for s in plan])
+        handle = self.core.runner.launch([self.core.seq_input(s) for s in plan])
         self.in_flight.append(_Launched(plan, handle, time.perf_counter() - t0))
         self.busy.update(s.req for s in plan)
         self.peak_in_flight = max(self.peak_in_flight, len(self.in_flight))
@@ -85,10 +86,10 @@ class PipelinedSteps:
         core.counters.model_time += elapsed
         if not plan:
             return []
-        sampling = [s.req for s in plan if core._will_sample(s)]
+        sampling = [s.req for s in plan if core.will_sample(s)]
         masks = core.masks.start([r.matcher for r in sampling], core.vocab_size)
-        rows = core._rows(plan)  # why: KV lengths advance only now, when the step's output is in
-        core._advance(rows, lag=False)
-        updated = core._finish_rows(rows, out, _PendingMasks(sampling, masks), {}, defer=False)
-        core._count_step(plan, time.perf_counter() - t0 + launched.launch_s)
+        rows = core.plan_rows(plan)  # why: KV lengths advance only now, when the step's output is in
+        core.advance(rows, lag=False)
+        updated = core.finish_rows(rows, out, PendingMasks(sampling, masks), {}, defer=False)
+        core.count_step(plan, time.perf_counter() - t0 + launched.launch_s)
         return updated
