@@ -82,16 +82,16 @@ def test_ngram_index_copies_the_latest_longest_match_and_continues_loops():
     assert fresh.propose(grown, 2) == [4, 3]
 
 
-def test_draft_length_backs_off_exponentially_and_recovers():
+def test_draft_length_backs_off_geometrically_and_recovers():
     length = DraftLength(4)
     assert length.next_k() == 4
     pauses = []
-    for _ in range(9):
+    for _ in range(6):
         length.record(length.k, 0)
         pauses.append(length.pause)
         while length.next_k() == 0:
             pass
-    assert pauses == [1, 2, 4, 8, 16, 32, 64, 64, 64] and MAX_PAUSE == 64
+    assert pauses == [1, 4, 16, 64, 64, 64] and MAX_PAUSE == 64
     length.record(1, 1)
     assert length.next_pause == 1 and length.k == 2
     assert DraftLength(4, adaptive=False).next_k() == 4
