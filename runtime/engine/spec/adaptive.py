@@ -3,8 +3,7 @@
 Speculation that keeps failing only adds verify work, so a request whose whole proposal is rejected pauses
 proposing for a number of steps that grows fourfold with every further full rejection (up to `MAX_PAUSE`), and any
 kept draft token ends the pause. Fourfold rather than doubling: a 96-token request whose drafts are all rejected
-verifies 5 times instead of 7, which kept the draft-model worst case (a draft model the target never agrees with)
-at 0.89-1.04x of plain decoding in five runs of spec_bench with doubling. With near-zero acceptance the engine then verifies drafts on a vanishing fraction of
+verifies 5 times instead of 7 (each failed verification costs a draft proposal and an eager forward). With near-zero acceptance the engine then verifies drafts on a vanishing fraction of
 steps and runs at the speed of plain decoding.
 """
 
