@@ -1,4 +1,4 @@
-"""Speculative decoding against itself with speculation off, same process, runs interleaved, medians reported.
+"""Speculative decoding against itself with speculation off, same process, calls interleaved (ABBA), medians of runs.
 
     python benchmarks/spec_bench.py [--threads 1] [--runs 3] [--new-tokens 96]
 
@@ -93,10 +93,17 @@ def compare(off: Any, on: Any, work: list[list[int]], batch: int, params: dict, 
     rates: dict[str, list[float]] = {"off": [], "on": []}
     decode: dict[str, list[float]] = {"off": [], "on": []}
     before = on.stats()
-    for _ in range(runs):
-        for name, eng in (("off", off), ("on", on)):
-            eng.flush_cache()  # why: every run computes its prompts; only decoding differs
-            seconds, tokens, decode_s, decode_tokens = run(eng, work, batch, params)
+    engines = {"off": off, "on": on}
+    chunks = [work[i : i + batch] for i in range(0, len(work), batch)]
+    for r in range(runs):
+        totals = {name: [0.0, 0, 0.0, 0] for name in engines}  # seconds, tokens, decode seconds, decode tokens
+        for i, chunk in enumerate(chunks):
+            # why: the two modes alternate per call, in ABBA order, so the machine's drift hits both alike
+            for name in (("off", "on") if (r + i) % 2 == 0 else ("on", "off")):
+                engines[name].flush_cache()  # every call computes its prompts; only decoding differs
+                for k, v in enumerate(run(engines[name], chunk, batch, params)):
+                    totals[name][k] += v
+        for name, (seconds, tokens, decode_s, decode_tokens) in totals.items():
             rates[name].append(tokens / seconds)
             decode[name].append(decode_tokens / decode_s if decode_s else 0.0)
     off_rate, on_rate = statistics.median(rates["off"]), statistics.median(rates["on"])
