@@ -196,14 +196,19 @@ class EngineCore:
         drafts = self._propose(plan)
         rows = self.plan_rows(plan)
         seqs = [self.seq_input(s, drafts.get(s.req)) for s in plan]
-        sampling = [s.req for s in plan if self.will_sample(s) and s.req not in drafts]
-        masks = self.masks.start([r.matcher for r in sampling], self.vocab_size)  # on CUDA beside the forward; on CPU filled when taken
+        masks = self.start_masks(plan, drafts)
         out = self.forward(seqs)
         self.advance(rows, lag=False)
-        updated = self.finish_rows(rows, out, PendingMasks(sampling, masks), drafts, defer=False)
+        updated = self.finish_rows(rows, out, masks, drafts, defer=False)
         self.count_step(plan, time.perf_counter() - t0)
         self.counters.computed_tokens += sum(len(d.tokens) for d in drafts.values())
         return updated
+
+    def start_masks(self, plan: list[ScheduledSeq], drafts: dict[Request, Draft]) -> PendingMasks:
+        """Start the grammar bitmask of the rows that sample this step (no drafts): on CUDA beside the forward, on
+        the CPU filled when the sampler takes it."""
+        sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
+        return PendingMasks(sampling, self.masks.start([r.matcher for r in sampling], self.vocab_size))
 
     def mark_idle(self) -> None:
         """No step to run: the next forward starts a new busy stretch (no gap is counted before it)."""
@@ -244,11 +249,11 @@ class EngineCore:
         """Draft tokens for this step's decode rows (those about to sample after one new token)."""
         if self.spec is None:
             return {}
-        rows = [s.req for s in plan if s.num_tokens == 1 and self.will_sample(s) and not self._wants_prompt_logprobs(s)]
+        rows = [s.req for s in plan if s.num_tokens == 1 and self._will_sample(s) and not self._wants_prompt_logprobs(s)]
         return self.spec.propose(rows) if rows else {}
 
     @staticmethod
-    def will_sample(s: ScheduledSeq) -> bool:
+    def _will_sample(s: ScheduledSeq) -> bool:
         """This step computes the request's last known token and a token is then sampled (see `finish_rows`)."""
         return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from sprig.runtime.engine.constraints import PendingMasks
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.scheduler import ScheduledSeq
 from sprig.runtime.engine.steps import Sampled, StepHost
@@ -43,15 +42,14 @@ class OverlapSteps:
                 return updated
         rows = host.plan_rows(plan)
         seqs = [host.seq_input(s) for s in plan]
-        sampling = [s.req for s in plan if host.will_sample(s)]
-        masks = host.masks.start([r.matcher for r in sampling], host.vocab_size)
+        masks = host.start_masks(plan, {})
         host.advance(rows, lag=True)
         side = self._beside(host.take_deferred())
         try:
             out = host.forward(seqs)
         finally:
             self.next_plan = side.result()  # why: the side thread owns the scheduler until it is done
-        updated += host.finish_rows(rows, out, PendingMasks(sampling, masks), {}, defer=True)
+        updated += host.finish_rows(rows, out, masks, {}, defer=True)
         host.count_step(plan, time.perf_counter() - t0)
         return updated
 

@@ -19,7 +19,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from sprig.runtime.engine.constraints import PendingMasks
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.scheduler import ScheduledSeq
 from sprig.runtime.engine.steps import StepHost
@@ -86,10 +85,9 @@ class PipelinedSteps:
         core.counters.model_time += elapsed
         if not plan:
             return []
-        sampling = [s.req for s in plan if core.will_sample(s)]
-        masks = core.masks.start([r.matcher for r in sampling], core.vocab_size)
+        masks = core.start_masks(plan, {})
         rows = core.plan_rows(plan)  # why: KV lengths advance only now, when the step's output is in
         core.advance(rows, lag=False)
-        updated = core.finish_rows(rows, out, PendingMasks(sampling, masks), {}, defer=False)
+        updated = core.finish_rows(rows, out, masks, {}, defer=False)
         core.count_step(plan, time.perf_counter() - t0 + launched.launch_s)
         return updated

@@ -115,22 +115,21 @@ class Scheduler:
         for req in [r for r in self.running if not r.is_prefilling and r not in exclude]:
             if len(plan) >= cap:
                 break
-            fits = req.status is RequestStatus.RUNNING and self.kv.ensure_capacity(req, req.kv_len + 1)
-            while not fits and req.status is RequestStatus.RUNNING:
-                victim = self._victim(exclude)
-                if victim is None:
-                    break  # every other request has a step in flight: this one waits for them
-                self._preempt(victim)
-                fits = req.status is RequestStatus.RUNNING and self.kv.ensure_capacity(req, req.kv_len + 1)
-            if fits:
+            if req.status is RequestStatus.RUNNING and self._make_room(req, exclude):
                 plan.append(ScheduledSeq(req, 1))
         return plan
 
-    def _victim(self, exclude: AbstractSet[Request]) -> Request | None:
-        """The newest running request that may be preempted (none with a step in flight)."""
-        if not exclude:
-            return self.running[-1]
-        return next((r for r in reversed(self.running) if r not in exclude), None)
+    def _make_room(self, req: Request, exclude: AbstractSet[Request]) -> bool:
+        """Give req a page for its next token, preempting the newest requests without a step in flight; False
+        when req itself was preempted, or when every other request has a step in flight (it waits for them)."""
+        while not self.kv.ensure_capacity(req, req.kv_len + 1):
+            victim = next((r for r in reversed(self.running) if r not in exclude), None)
+            if victim is None:
+                return False
+            self._preempt(victim)
+            if victim is req:
+                return False
+        return True
 
     def _preempt(self, req: Request) -> None:
         """Retract a running request: free its KV (cached or swapped where possible) and queue it to resume first."""

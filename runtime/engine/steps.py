@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sprig.runtime.engine.constraints import MaskFiller, PendingMasks
+from sprig.runtime.engine.constraints import PendingMasks
 from sprig.runtime.engine.request import Logprob, Request
 from sprig.runtime.engine.scheduler import ScheduledSeq, Scheduler
 from sprig.runtime.engine.spec.speculator import Draft
@@ -64,12 +64,10 @@ class StepHost(Protocol):
 
     scheduler: Scheduler
     runner: ModelRunner
-    masks: MaskFiller
     counters: EngineCounters
-    vocab_size: int
 
     def seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput: ...
-    def will_sample(self, s: ScheduledSeq) -> bool: ...
+    def start_masks(self, plan: list[ScheduledSeq], drafts: dict[Request, Draft]) -> PendingMasks: ...
     def plan_rows(self, plan: list[ScheduledSeq]) -> list[Row]: ...
     def advance(self, rows: list[Row], lag: bool) -> None: ...
     def forward(self, seqs: list[SeqInput]) -> StepOutput: ...
