@@ -98,6 +98,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _error_type(pp_size: int) -> type[ParallelError]:
+    """What a failure of the group raises: pipeline errors once there are stages."""
+    return TensorParallelError if pp_size == 1 else PipelineParallelError
+
+
 def _exit_description(name: str, proc: RankProcess) -> str:
     code = proc.exitcode
     how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
@@ -153,7 +158,7 @@ class TPGroup:
         self.reports = reports
         self.context = TPContext(0, spec.size, None)
         self.pp_size = spec.config.pp_size
-        self.error: type[ParallelError] = TensorParallelError if self.pp_size == 1 else PipelineParallelError
+        self.error = _error_type(self.pp_size)
         self.model: CausalLM | None = None
         self.pool: KVPool | None = None
         self.channel: StepChannel | None = None  # broadcasts to rank 0's tensor-parallel peers
@@ -171,7 +176,7 @@ class TPGroup:
         model_cfg = load_model_config(model_path)
         check_divisible(model_cfg, config.tp_size)  # before any process starts
         check_stages(model_cfg.num_layers, config.pp_size)
-        error = TensorParallelError if config.pp_size == 1 else PipelineParallelError
+        error = _error_type(config.pp_size)
         spec = torchrun_spec(config, model_path)
         if spec is not None and spec.rank != 0:
             raise error("only rank 0 runs the engine; other ranks run the worker loop")
