@@ -33,6 +33,7 @@ import torch
 MODEL = "llama-100m"
 DRAFT = "demo"
 DTYPE = "bfloat16"
+WORKLOADS = ("copy-b1", "loop-b1", "sampled-b1", "draft-other-b1", "loop-b16")
 
 
 def engine(threads: int, **options: Any):
@@ -120,6 +121,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--draft-tokens", type=int, default=4)
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from sprig.runtime.model.checkpoints import checkpoint_path
@@ -132,15 +134,22 @@ def main() -> None:
     with engine(args.threads) as off, engine(args.threads, speculative_algorithm="ngram", **spec) as on:
         vocab = off.tokenizer.vocab_size
         b1, b16 = prompts(3, vocab, seed=1), prompts(16, vocab, seed=2)
-        report["copy-b1"] = compare(off, on, copy_prompts(off, prompts(3, vocab, seed=3), 64), 1, greedy, args.runs)
-        report["loop-b1"] = compare(off, on, b1, 1, greedy, args.runs)
-        report["sampled-b1"] = compare(off, on, b1, 1, sampled, args.runs)
-        report["loop-b16"] = compare(off, on, b16, 16, {**greedy, "max_new_tokens": args.new_tokens // 2},
-                                     args.runs)
-        with engine(args.threads, speculative_algorithm="draft", **spec,
-                    speculative_draft_model_path=str(checkpoint_path(DRAFT))) as draft:
-            report["draft-other-b1"] = compare(off, draft, b1[:2], 1, greedy, args.runs)
-    for name in ("copy-b1", "loop-b1", "sampled-b1", "draft-other-b1", "loop-b16"):
+        wanted = set(args.workloads)
+        if "copy-b1" in wanted:
+            report["copy-b1"] = compare(off, on, copy_prompts(off, prompts(3, vocab, seed=3), 64), 1, greedy,
+                                        args.runs)
+        if "loop-b1" in wanted:
+            report["loop-b1"] = compare(off, on, b1, 1, greedy, args.runs)
+        if "sampled-b1" in wanted:
+            report["sampled-b1"] = compare(off, on, b1, 1, sampled, args.runs)
+        if "loop-b16" in wanted:
+            report["loop-b16"] = compare(off, on, b16, 16, {**greedy, "max_new_tokens": args.new_tokens // 2},
+                                         args.runs)
+        if "draft-other-b1" in wanted:
+            with engine(args.threads, speculative_algorithm="draft", **spec,
+                        speculative_draft_model_path=str(checkpoint_path(DRAFT))) as draft:
+                report["draft-other-b1"] = compare(off, draft, b1, 1, greedy, args.runs)
+    for name in [w for w in WORKLOADS if w in report]:
         r = report[name]
         decode = (f" (decode alone: {r['off_decode_tok_s']:.1f} -> {r['on_decode_tok_s']:.1f} tok/s, "
                   f"x{r['decode_ratio']:.2f})") if r["batch"] == 1 else ""

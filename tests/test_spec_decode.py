@@ -13,7 +13,7 @@ import random
 import pytest
 
 from sprig import Engine
-from sprig.runtime.engine.spec.adaptive import MAX_PAUSE, DraftLength
+from sprig.runtime.engine.spec.adaptive import HISTORY, MAX_PAUSE, AcceptanceHistory, DraftLength
 from sprig.runtime.engine.spec.ngram import NgramIndex
 
 NUM_PROMPTS = 32
@@ -95,6 +95,23 @@ def test_draft_length_backs_off_geometrically_and_recovers():
     length.record(1, 1)
     assert length.next_pause == 1 and length.k == 2
     assert DraftLength(4, adaptive=False).next_k() == 4
+
+
+def test_new_requests_start_short_while_the_engine_keeps_no_draft():
+    history = AcceptanceHistory()
+    for _ in range(HISTORY - 1):
+        history.record(0)
+    assert history.start(4, adaptive=True).k == 4  # too little evidence yet
+    history.record(0)
+    cautious = history.start(4, adaptive=True)
+    assert (cautious.next_k(), cautious.next_k()) == (1, 1)
+    cautious.record(1, 0)
+    assert cautious.pause == 16  # where a request fully rejected twice would pause
+    cautious.record(1, 1)  # a kept token ends the caution, as for any request
+    assert cautious.next_pause == 1 and cautious.k == 2
+    assert history.start(4, adaptive=False).k == 4
+    history.record(2)  # one verification that kept a token: new requests start at full length again
+    assert history.start(4, adaptive=True).k == 4
 
 
 # --- greedy identity ---------------------------------------------------------------------------------------------

@@ -58,11 +58,12 @@ def test_soak_with_speculation_leaks_nothing(tiny_paths, proposer):
         draft_free = (draft_pool.num_free_pages, draft_pool.size.num_pages) if draft_pool is not None else None
         tracked = engine._call(lambda: proposer_obj.num_tracked)
     print(f"soak {proposer}: {outcome}, {hits}, preemptions {s['num_preemptions']}, "
-          f"accept rate {s['spec_accept_rate']:.2f}, accept length {s['spec_accept_length']:.2f}")
+          f"{s['spec_verify_steps']} verifications, accept rate {s['spec_accept_rate']:.2f}, accept length {s['spec_accept_length']:.2f}")
     assert sum(outcome.values()) >= NUM_REQUESTS
     assert outcome["abort"] > 0 and outcome["length"] > 0 and outcome["stop"] > 0
     assert hits["aborted_mid_verify"] > 10
-    assert s["spec_verify_steps"] > 1000 and s["spec_accepted_tokens"] > 0
+    # why 500: the back-off skips most of the random workload's hopeless tries (about 900 verifications remain)
+    assert s["spec_verify_steps"] > 500 and s["spec_accepted_tokens"] > 0
     assert s["running"] == 0 and s["waiting"] == 0
     assert s["cache_protected_tokens"] == 0
     assert s["kv_free_tokens"] + s["cache_evictable_tokens"] == s["kv_total_tokens"]

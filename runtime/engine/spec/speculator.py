@@ -22,7 +22,7 @@ import torch
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.kv_cache import KVCacheManager
 from sprig.runtime.engine.request import Request
-from sprig.runtime.engine.spec.adaptive import DraftLength
+from sprig.runtime.engine.spec.adaptive import AcceptanceHistory, DraftLength
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class Speculator:
     vocab_size: int
     counters: SpecCounters = field(default_factory=SpecCounters)
     _lengths: dict[str, DraftLength] = field(default_factory=dict)
+    _history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
 
     def propose(self, reqs: Sequence[Request]) -> dict[Request, Draft]:
         """Drafts for the given decode rows (those that get none are left out), their KV pages reserved."""
@@ -109,8 +110,8 @@ class Speculator:
     def _length(self, req: Request) -> DraftLength:
         length = self._lengths.get(req.rid)
         if length is None:
-            length = self._lengths[req.rid] = DraftLength(self.config.speculative_num_draft_tokens,
-                                                          not self.config.speculative_disable_adaptive)
+            length = self._lengths[req.rid] = self._history.start(self.config.speculative_num_draft_tokens,
+                                                                  not self.config.speculative_disable_adaptive)
         return length
 
     def _reserve(self, req: Request, n: int) -> int:
@@ -133,6 +134,7 @@ class Speculator:
         req.spec_verify_ct += 1
         req.spec_emitted_tokens += emitted
         self._length(req).record(len(draft.tokens), accepted)
+        self._history.record(accepted)
         req.kv_len += computed_kept  # why: valid even when the request just finished; release caches it
         self.kv.trim(req)
 
