@@ -49,10 +49,32 @@ static inline __m512 load16_codes(const void *p, int kv_dtype) {
 
 #define KV_UNIT(kv_dtype) ((kv_dtype) == KV_E4M3 ? 256.0f : 1.0f)
 
-#define PREFETCH 8
-
 static inline void prefetch_row(const char *p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// The next chunk's key and value rows, fetched into L2 a few lines at a time while this chunk computes. Fetched
+// all at once, they would stall on the core's few outstanding misses and then compute would wait on memory
+// anyway; spread out, the transfer overlaps the arithmetic (a chunk of 64 keys over 4 bf16 kv heads is 64 KB).
+typedef struct {
+    const char *k, *v;  // the kv heads' first rows
+    const int64_t *slots;  // the next chunk's slots
+    int64_t n;  // keys in the next chunk (0: nothing to fetch)
+    size_t stride;  // bytes between slots
+    int64_t lines;  // 64-byte lines of one slot's run of kv heads
+    int64_t key, line;  // the cursor: next line of K (line < lines) or V (lines <= line < 2 * lines) of `key`
+} Prefetcher;
+
+static inline void prefetch_some(Prefetcher *pf, int count) {
+    for (int c = 0; c < count && pf->key < pf->n; c++) {
+        const int in_v = pf->line >= pf->lines;
+        const char *base = (in_v ? pf->v : pf->k) + (size_t)pf->slots[pf->key] * pf->stride;
+        _mm_prefetch(base + (size_t)(pf->line - (in_v ? pf->lines : 0)) * 64, _MM_HINT_T1);
+        if (++pf->line == 2 * pf->lines) {
+            pf->line = 0;
+            pf->key++;
+        }
+    }
 }
 
 // The sums of 16 vectors, in order, as one vector: a transpose-and-add tree (45 instructions instead of 16

@@ -208,7 +208,93 @@ static inline __attribute__((always_inline)) void scores_bf16(
         }
     }
 }
+
+// scores_codes for bf16 queries: each key's codes widened once to bf16 pairs (exact: every int8 and fp8 value is a
+// bf16) and dotted with the G query heads on VDPBF16PS, half the multiply-adds of the fp32 path. q is unscaled.
+static inline __attribute__((always_inline)) void scores_codes_bf16(
+    const void *q, const void *k_cache, const uint16_t *k_scale, const int64_t *slots, int64_t n, int64_t H,
+    int64_t G, int64_t Hkv, size_t slot_stride, size_t head_bytes, int kv_dtype, float scale, const int NV,
+    float s[][CHUNK]) {
+    float ks[CHUNK] __attribute__((aligned(64)));
+    __m512 d[MAX_GROUP][16];
+    const size_t q_head_bytes = (size_t)(NV * 16) * 2;
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t j = 0; j < CHUNK; j++)
+            ks[j] = j < n ? bf16_to_float(k_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype) * scale : 0.0f;
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            for (int j = 0; j < 16; j++) {
+                const int64_t slot = slots[j0 + j < n ? j0 + j : 0];
+                const char *kp = (const char *)k_cache + (size_t)slot * slot_stride + h * head_bytes;
+                __m512bh kb[MAX_DIM / 32];
+                for (int i = 0; i < NV / 2; i++)
+                    kb[i] = _mm512_cvtne2ps_pbh(load16_codes(kp + i * 32 + 16, kv_dtype),
+                                                load16_codes(kp + i * 32, kv_dtype));
+                for (int64_t g = 0; g < G; g++) {
+                    const char *qp = (const char *)q + (size_t)(h * G + g) * q_head_bytes;
+                    __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(qp), kb[0]);
+                    for (int i = 1; i < NV / 2; i++)
+                        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(qp + (size_t)i * 64), kb[i]);
+                    d[g][j] = acc;
+                }
+            }
+            const __m512 scales = _mm512_load_ps(&ks[j0]);
+            for (int64_t g = 0; g < G; g++) _mm512_store_ps(&s[h * G + g][j0], _mm512_mul_ps(sum16(d[g]), scales));
+        }
+    }
+}
 #endif
+
+#define VALUE_REGS 24  // value sums held in registers: 6 query heads of size 64, 3 of size 128
+
+// acc[k] += sum_j s[k][j] * value_j for GB query heads of one kv head over a chunk's n values (each value row
+// widened once for all GB heads), the GB * NV sums held in registers for the whole chunk: accumulating in
+// memory would put a store and a reload on every multiply-add. `vh` points at the kv head's first value.
+static inline __attribute__((always_inline)) void values_block(
+    __m512 acc[][MAX_DIM / 16], float s[][CHUNK], const char *vh, const int64_t *slots, int64_t n,
+    size_t slot_stride, int dtype, size_t esize, int quant, int kv_dtype, Prefetcher *pf, int pf_lines,
+    const int GB, const int NV) {
+    __m512 a[VALUE_REGS];  // GB * NV of them; a fixed size (not GB * NV) so that they can live in registers
+    for (int k = 0; k < GB; k++)
+        for (int i = 0; i < NV; i++) a[k * NV + i] = acc[k][i];
+    for (int64_t j = 0; j < n; j++) {
+        prefetch_some(pf, pf_lines);
+        const char *vp = vh + (size_t)slots[j] * slot_stride;
+        __m512 vr[MAX_DIM / 16];
+        for (int i = 0; i < NV; i++)
+            vr[i] = quant ? load16_codes(vp + i * 16, kv_dtype) : load16(vp + (size_t)(i * 16) * esize, dtype);
+        for (int k = 0; k < GB; k++) {
+            const __m512 p = _mm512_set1_ps(s[k][j]);
+            for (int i = 0; i < NV; i++) a[k * NV + i] = _mm512_fmadd_ps(p, vr[i], a[k * NV + i]);
+        }
+    }
+    for (int k = 0; k < GB; k++)
+        for (int i = 0; i < NV; i++) acc[k][i] = a[k * NV + i];
+}
+
+// values_block for the G query heads of kv head h, in blocks whose sums fit the registers (VALUE_REGS / NV heads).
+static inline __attribute__((always_inline)) void values_head(
+    __m512 acc[][MAX_DIM / 16], float s[][CHUNK], const char *vh, const int64_t *slots, int64_t n,
+    size_t slot_stride, int dtype, size_t esize, int quant, int kv_dtype, Prefetcher *pf, int pf_lines, int64_t G,
+    const int NV) {
+    const int64_t per = VALUE_REGS / NV;
+    for (int64_t g0 = 0; g0 < G; g0 += per) {
+        const int64_t gb = G - g0 < per ? G - g0 : per;
+        __m512(*ak)[MAX_DIM / 16] = acc + g0;
+        float(*sk)[CHUNK] = s + g0;
+#define VALUES_CASE(B) \
+    case B: values_block(ak, sk, vh, slots, n, slot_stride, dtype, esize, quant, kv_dtype, pf, pf_lines, B, NV); break;
+        switch (gb) {
+            VALUES_CASE(1)
+            VALUES_CASE(2)
+            VALUES_CASE(3)
+            VALUES_CASE(4)
+            VALUES_CASE(5)
+            default:
+                values_block(ak, sk, vh, slots, n, slot_stride, dtype, esize, quant, kv_dtype, pf, pf_lines, 6, NV);
+        }
+#undef VALUES_CASE
+    }
+}
 
 // Query heads [0, H * G) of one sequence attend to their H kv heads (adjacent in each pool slot), D = 16 * NV.
 // Taking all of a sequence's heads in one pass reads each slot's keys and values as one contiguous run (the
@@ -222,7 +308,7 @@ static inline __attribute__((always_inline)) void attend_avx512(
     const int64_t QH = H * G;
     __m512 qv[MAX_QHEADS][MAX_DIM / 16], acc[MAX_QHEADS][MAX_DIM / 16];
     float s[MAX_QHEADS][CHUNK] __attribute__((aligned(64))), m[MAX_QHEADS], l[MAX_QHEADS];
-    int64_t slots[CHUNK + PREFETCH];
+    int64_t slots[2 * CHUNK];
     const __m512 sc = _mm512_set1_ps(scale);
     for (int64_t qh = 0; qh < QH; qh++) {
         for (int i = 0; i < NV; i++) {
@@ -238,18 +324,25 @@ static inline __attribute__((always_inline)) void attend_avx512(
     const size_t run_bytes = (size_t)H * head_bytes;
     for (int64_t t0 = begin; t0 < len; t0 += CHUNK) {
         const int64_t n = len - t0 < CHUNK ? len - t0 : CHUNK;
-        // The chunk's slots and the next PREFETCH keys' (cut at len).
-        chunk_slots(pages, page_size, t0, len - t0 < CHUNK + PREFETCH ? len - t0 : CHUNK + PREFETCH, slots);
-        for (int64_t j = 0; j < n; j++) {
-            // Pages are scattered, so hardware prefetch cannot run ahead: fetch the keys PREFETCH tokens on
-            // and this token's values (read after the chunk's softmax) now.
-            prefetch_row((const char *)v_cache + (size_t)slots[j] * slot_stride, run_bytes);
-            if (t0 + j + PREFETCH < len)
-                prefetch_row((const char *)k_cache + (size_t)slots[j + PREFETCH] * slot_stride, run_bytes);
-        }
+        // The slots of this chunk and the next; the next one's rows are fetched while this one computes (pages are
+        // scattered, so hardware prefetch cannot run ahead), the first chunk's now.
+        const int64_t n_next = len - t0 - n < CHUNK ? len - t0 - n : CHUNK;
+        chunk_slots(pages, page_size, t0, n + n_next, slots);
+        if (t0 == begin)
+            for (int64_t j = 0; j < n; j++) {
+                prefetch_row((const char *)k_cache + (size_t)slots[j] * slot_stride, run_bytes);
+                prefetch_row((const char *)v_cache + (size_t)slots[j] * slot_stride, run_bytes);
+            }
+        Prefetcher pf = {k_cache, v_cache, slots + n, n_next, slot_stride, (int64_t)(run_bytes / 64), 0, 0};
+        // The values loop runs H * ceil(G / block) * n times: spread the next chunk's 2 * lines * n_next over it.
+        const int64_t blocks_per_head = (G + VALUE_REGS / NV - 1) / (VALUE_REGS / NV);
+        const int pf_lines = (int)((2 * pf.lines + H * blocks_per_head - 1) / (H * blocks_per_head));
 #ifdef __AVX512BF16__
         if (dtype == 1 && kv_dtype == 1)
             scores_bf16(q, k_cache, slots, n, H, G, slot_stride, head_bytes, scale, NV, s);
+        else if (quant && dtype == 1)
+            scores_codes_bf16(q, k_cache, k_scale, slots, n, H, G, Hkv, slot_stride, head_bytes, kv_dtype, scale, NV,
+                              s);
         else
 #endif
         if (quant)
@@ -288,23 +381,18 @@ static inline __attribute__((always_inline)) void attend_avx512(
             const __m512 cv = _mm512_set1_ps(c);
             for (int i = 0; i < NV; i++) acc[qh][i] = _mm512_mul_ps(acc[qh][i], cv);
         }
-        for (int64_t j = 0; j < n; j++) {
-            const char *vp = (const char *)v_cache + (size_t)slots[j] * slot_stride;
-            for (int64_t h = 0; h < H; h++) {
-                __m512 vr[MAX_DIM / 16];
-                float vs = 1.0f;
-                if (quant) {
-                    vs = bf16_to_float(v_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype);
-                    for (int i = 0; i < NV; i++) vr[i] = load16_codes(vp + h * head_bytes + (size_t)(i * 16), kv_dtype);
-                } else {
-                    for (int i = 0; i < NV; i++) vr[i] = load16(vp + h * head_bytes + (size_t)(i * 16) * esize, dtype);
-                }
-                for (int64_t g = 0; g < G; g++) {
-                    const int64_t qh = h * G + g;
-                    const __m512 p = _mm512_set1_ps(s[qh][j] * vs);
-                    for (int i = 0; i < NV; i++) acc[qh][i] = _mm512_fmadd_ps(p, vr[i], acc[qh][i]);
-                }
+        for (int64_t h = 0; h < H; h++) {
+            if (quant) {  // a value's scale joins its softmax weight (s is not read again after this chunk)
+                float vs[CHUNK] __attribute__((aligned(64)));
+                for (int64_t j = 0; j < CHUNK; j++)
+                    vs[j] = j < n ? bf16_to_float(v_scale[slots[j] * Hkv + h]) * KV_UNIT(kv_dtype) : 0.0f;
+                for (int64_t g = 0; g < G; g++)
+                    for (int64_t j = 0; j < n; j += 16)
+                        _mm512_store_ps(&s[h * G + g][j],
+                                        _mm512_mul_ps(_mm512_load_ps(&s[h * G + g][j]), _mm512_load_ps(&vs[j])));
             }
+            values_head(acc + h * G, s + h * G, (const char *)v_cache + h * head_bytes, slots, n, slot_stride, dtype,
+                        esize, quant, kv_dtype, &pf, pf_lines, G, NV);
         }
     }
     float row[MAX_DIM] __attribute__((aligned(64)));
