@@ -3,9 +3,8 @@
 // - decode rows that share leading pages through the radix tree (a system prompt, few-shot examples, a RAG
 //   context): each group's common keys are attended once for all its rows, which then walk only their own pages
 //   and merge the two parts by log-sum-exp (paged_decode_attention.c); 0.83 -> 0.66 ms per layer at 16 rows in 4
-//   groups over 512 shared + 188 own keys on two cores, where every row otherwise reads all its keys from DRAM;
-// - prefill and extend: a sequence's new tokens attend causally to its cached and new keys, read in place from
-//   the pool, instead of torch gathering them into a padded copy first.
+//   groups over 512 shared + 188 own keys on two cores, where every row otherwise reads all its keys from DRAM.
+// Prefill and extend have their own kernel (vec_extend.c).
 // Queries go a few at a time (their value sums in registers) over the keys, which stay in L2 between blocks.
 #include <math.h>
 #include <stdint.h>
@@ -198,81 +197,7 @@ int attend_groups_vec(const uint16_t *q, const void *k_cache, const void *v_cach
     return 0;
 }
 
-// One sequence's new tokens, queries q0 .. q0 + nq of (token, query head of kv head h): causal over the prefix and
-// the new keys, written as bf16 rows of out.
-static inline __attribute__((always_inline)) void extend_block(
-    const uint16_t *q, int64_t q_stride, const char *kh, const char *vh, uint16_t *out, const int64_t *pages,
-    int64_t start, int64_t prefix, int64_t q0, int nq, int64_t h, int64_t G, int64_t Hq, int64_t page_size,
-    size_t slot_stride, float scale, const int NV) {
-    const int QB = GROUP_REGS / NV;
-    const int64_t D = NV * 16;
-    const uint16_t *qs[GROUP_REGS / 4];
-    float res[GROUP_REGS / 4][MAX_DIM] __attribute__((aligned(64))), lse[GROUP_REGS / 4];
-    float *outs[GROUP_REGS / 4], *lses[GROUP_REGS / 4];
-    int64_t lims[GROUP_REGS / 4], len = 0;
-    for (int k = 0; k < nq; k++) {
-        const int64_t tok = (q0 + k) / G, qh = h * G + (q0 + k) % G;
-        qs[k] = q + (start + tok) * q_stride + qh * D;
-        lims[k] = prefix + tok + 1;
-        len = lims[k] > len ? lims[k] : len;
-        outs[k] = res[k];
-        lses[k] = &lse[k];
-    }
-    attend_block(qs, nq, QB, kh, vh, pages, lims, len, page_size, slot_stride, scale, outs, lses, NV);
-    for (int k = 0; k < nq; k++) {
-        const int64_t tok = (q0 + k) / G, qh = h * G + (q0 + k) % G;
-        uint16_t *dst = out + (start + tok) * Hq * D + qh * D;
-        for (int64_t d = 0; d < D; d += 16)
-            _mm256_storeu_si256((__m256i *)(dst + d), _mm512_cvtepi32_epi16(bf16_bits(_mm512_load_ps(&res[k][d]))));
-    }
-}
-
-int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
-                         uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
-                         const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t page_size, float scale, int num_threads) {
-    if (D != 64 && D != 128) return 1;
-    const int64_t G = Hq / Hkv, QB = GROUP_REGS / (D / 16);
-    const size_t slot_stride = (size_t)(Hkv * D) * 2;
-    int64_t items = 0;  // (sequence, kv head, block of QB queries), numbered in that order
-    for (int64_t s = 0; s < n_seqs; s++) items += Hkv * ((ext_lens[s] * G + QB - 1) / QB);
-#pragma omp parallel num_threads(num_threads)
-    {
-        const unsigned int csr = flush_denormals();
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < items; item++) {
-            int64_t s = 0, rest = item, blocks = 0;
-            for (; s < n_seqs; s++, rest -= Hkv * blocks) {
-                blocks = (ext_lens[s] * G + QB - 1) / QB;
-                if (rest < Hkv * blocks) break;
-            }
-            const int64_t h = rest / blocks, q0 = rest % blocks * QB, total = ext_lens[s] * G;
-            const int nq = total - q0 < QB ? (int)(total - q0) : (int)QB;
-            const char *kh = (const char *)k_cache + (size_t)(h * D) * 2;
-            const char *vh = (const char *)v_cache + (size_t)(h * D) * 2;
-            const int64_t *pg = pages + s * max_pages;
-            if (D == 64)
-                extend_block(q, q_stride, kh, vh, out, pg, starts[s], prefix_lens[s], q0, nq, h, G, Hq, page_size,
-                             slot_stride, scale, 4);
-            else
-                extend_block(q, q_stride, kh, vh, out, pg, starts[s], prefix_lens[s], q0, nq, h, G, Hq, page_size,
-                             slot_stride, scale, 8);
-        }
-        _mm_setcsr(csr);
-    }
-    return 0;
-}
 #else
-int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
-                         uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
-                         const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t page_size, float scale, int num_threads) {
-    (void)q, (void)q_stride, (void)k_cache, (void)v_cache, (void)out, (void)pages, (void)max_pages, (void)starts;
-    (void)ext_lens, (void)prefix_lens, (void)n_seqs, (void)Hq, (void)Hkv, (void)D, (void)page_size, (void)scale;
-    (void)num_threads;
-    return 1;
-}
-
 int attend_groups_vec(const uint16_t *q, const void *k_cache, const void *v_cache, const int64_t *pages,
                       int64_t max_pages, const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
                       int64_t n_groups, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale,
