@@ -53,7 +53,8 @@ SIGNATURES: dict[str, list] = {
     "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P],
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],
     "extend_attention_amx": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
-    "extend_attention_vec": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int],
+    "extend_attention_vec": [_P, _I, _P, _P, _P, _P, _I, _P, _P, _P] + [_I] * 5 + [_F, ctypes.c_int, ctypes.c_int]
+    + [_P] * 2,
     "vec_attention_available": [],
     "argmax_rows": [_P, _I, _I, _I, ctypes.c_int, _P, ctypes.c_int],
     "apply_token_bitmask": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int],
@@ -262,29 +263,38 @@ def decode_attention(
 
 def extend_attention_native(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-    out: torch.Tensor, lib: ctypes.CDLL | None = None,
+    out: torch.Tensor, lib: ctypes.CDLL | None = None, k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> bool:
     """Prefill / extend attention of `meta.extends` in C, written into `out`: on AMX tiles where the CPU has them
-    (and SPRIG_AMX is not 0), else on vector units (`vec_attention.c`, where the build has AVX512_BF16). False
+    (and SPRIG_AMX is not 0), else on vector units (`vec_extend.c`, where the build has AVX512_BF16). False
     where neither can take it (the caller then computes every extend row): not bf16, head size not 64 or 128,
     metadata without `extend_pages`, a CPU without either path.
 
-    q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous.
+    q [T, Hq, D] may be a row-strided view (of the fused qkv projection); out [T, Hq, D] contiguous. A quantized
+    pool (int8 / fp8 codes with their bf16 scales k_scale / v_scale [slots, Hkv]) goes to the vector path, which
+    dequantizes the codes to bf16 as `kv_quant.dequantize_kv` does.
     """
     lib = lib or native_kernels()
-    if (lib is None or meta.extend_pages is None or q.dtype != torch.bfloat16 or k_cache.dtype != q.dtype
+    quantized = k_scale is not None and v_scale is not None
+    kv_code = KV_DTYPE_CODES.get(k_cache.dtype) if quantized else DTYPE_CODES.get(k_cache.dtype)
+    if (lib is None or meta.extend_pages is None or q.dtype != torch.bfloat16 or kv_code is None
+            or (not quantized and k_cache.dtype != q.dtype) or v_cache.dtype != k_cache.dtype
             or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return False
-    kernel = lib.extend_attention_amx if amx_enabled() else lib.extend_attention_vec
+    scales = [t for t in (k_scale, v_scale) if t is not None] if quantized else []
+    if not all(t.dtype == SCALE_DTYPE and t.is_contiguous() and t.shape == k_cache.shape[:2] for t in scales):
+        return False
     pages, layout = meta.extend_pages, meta.extend_layout
     assert layout is not None  # set with extend_pages
     _, hq, d = q.shape
-    status = kernel(
-        q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(),
-        pages.shape[1], layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), pages.shape[0], hq,
-        k_cache.shape[1], d, meta.page_size, scale, torch.get_num_threads())
-    return status == 0
+    args = (q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), pages.data_ptr(),
+            pages.shape[1], layout[0].data_ptr(), layout[1].data_ptr(), layout[2].data_ptr(), pages.shape[0], hq,
+            k_cache.shape[1], d, meta.page_size, scale, torch.get_num_threads())
+    if amx_enabled() and not quantized:
+        return lib.extend_attention_amx(*args) == 0
+    return lib.extend_attention_vec(*args, kv_code, *([t.data_ptr() for t in scales] or [None, None])) == 0
 
 
 def extend_attention(
@@ -292,9 +302,9 @@ def extend_attention(
     meta: AttentionMetadata, scale: float, out: torch.Tensor, k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> None:
-    """`attention.extend_attention` in C where `extend_attention_native` can (a bf16 pool), else the torch
-    reference."""
-    if meta.extends and not extend_attention_native(q, k_cache, v_cache, meta, scale, out):
+    """`attention.extend_attention` in C where `extend_attention_native` can, else the torch reference."""
+    if meta.extends and not extend_attention_native(q, k_cache, v_cache, meta, scale, out, k_scale=k_scale,
+                                                    v_scale=v_scale):
         torch_extend_attention(q, k, v, k_cache, v_cache, meta, scale, out, k_scale, v_scale)
 
 

@@ -140,6 +140,28 @@ def test_c_decode_over_codes_matches_the_dequantized_reference(lib_kind, dtype, 
     torch.testing.assert_close(ref.decode_attention(q.float(), kc, vc, meta, scale, ks, vs), want)
 
 
+@pytest.mark.skipif(not cpu_native.vec_attention_available(), reason="the vector extend kernel needs AVX512_BF16")
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(12, 4, 64), (8, 2, 128)])
+def test_c_extend_over_codes_matches_the_torch_path(kv_dtype, hq, hkv, d):
+    """Prefills and extends after cached prefixes over a quantized pool: the C kernel dequantizes each code to bf16
+    as the torch path does, so the two differ only by the kernel's bf16 softmax weights (1.6e-2 as for bf16)."""
+    g = torch.Generator().manual_seed(5)
+    page, ext, pre = 16, [3, 37, 130, 1, 64], [0, 40, 96, 300, 0]
+    tables = [torch.randperm(200, generator=g)[: -(-(e + p) // page)] + 1 for e, p in zip(ext, pre, strict=True)]
+    kc, ks = quantize_kv(torch.randn(201 * page, hkv, d, generator=g), kv_dtype)
+    vc, vs = quantize_kv(torch.randn(201 * page, hkv, d, generator=g), kv_dtype)
+    meta = ref.AttentionMetadata.build(page, ext, pre, tables)
+    q = torch.randn(sum(ext), hq, d, generator=g).to(torch.bfloat16)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    assert cpu_native.extend_attention_native(q, kc, vc, meta, d**-0.5, out, k_scale=ks, v_scale=vs)
+    want = torch.empty(q.shape, dtype=torch.bfloat16)
+    ref.extend_attention(q, q[:, :hkv], q[:, :hkv], kc, vc, meta, d**-0.5, want, ks, vs)  # reads k, v from the pool
+    rows = torch.cat([torch.arange(s.token_start, s.token_start + s.extend_len) for s in meta.extends])
+    assert len(rows) == sum(ext) - 1  # the one-token row after a prefix is a decode row
+    torch.testing.assert_close(out[rows].float(), want[rows].float(), atol=1.6e-2, rtol=1.6e-2)
+
+
 def test_shared_prefix_groups_read_codes_too():
     """The torch reference's shared-prefix split (log-sum-exp merge) dequantizes like the plain decode path."""
     g = torch.Generator().manual_seed(3)

@@ -15,16 +15,41 @@
 
 #include "bf16.h"
 #include "decode_vec.h"
+#include "kv_quant.h"
 
 #define KEY_BLOCK 16  // keys per packed key vector
 #define CHUNK_KEYS 64  // keys per softmax update (4 key blocks); packed keys are padded to a multiple of it
 #define QUERY_REGS 16  // a query block's accumulators: 4 key blocks of scores or NV value vectors per query
 #define MAX_HEAD 128
 
+// Where one kv head's rows are in the pool: bf16 rows, or (kv_dtype 3-5, kv_quant.h) one-byte codes with a bf16
+// scale per (slot, kv head).
+typedef struct {
+    const char *rows;  // the kv head's first element
+    size_t slot_stride;  // bytes between slots
+    int kv_dtype;  // 1: bf16; else a code kind
+    const uint16_t *scales;  // the kv head's scale of slot 0 (codes only), Hkv apart
+    int64_t Hkv;
+} KVHead;
+
+// Row `slot` of a kv head as D bf16 values: as stored, or each code times its row's scale rounded to bf16 (as
+// kv_quant.dequantize_kv writes it, so a token sees the keys torch would).
+static inline void load_row_bf16(uint16_t *dst, const KVHead *kv, int64_t slot, int64_t D) {
+    const char *src = kv->rows + (size_t)slot * kv->slot_stride;
+    if (!kv_quantized(kv->kv_dtype)) {
+        memcpy(dst, src, (size_t)D * 2);
+        return;
+    }
+    const __m512 scale = _mm512_set1_ps(bf16_to_float(kv->scales[slot * kv->Hkv]) * KV_UNIT(kv->kv_dtype));
+    for (int64_t i = 0; i < D; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtepi32_epi16(bf16_bits(_mm512_mul_ps(load16_codes(src + i, kv->kv_dtype), scale))));
+}
+
 // Keys [0, len) of one kv head as KEY_BLOCK x (D / 2) pairs: kt[(b * D / 2 + dp) * 16 + l] is dimension pair dp of
 // key 16 b + l; keys past len (to the padded length) are 0.
-static void pack_keys(uint32_t *kt, const char *kh, const int64_t *pages, int64_t len, int64_t padded,
-                      int64_t page_size, size_t slot_stride, int64_t D) {
+static void pack_keys(uint32_t *kt, const KVHead *kv, const int64_t *pages, int64_t len, int64_t padded,
+                      int64_t page_size, int64_t D) {
     const int64_t DP = D / 2;
     uint32_t rows[KEY_BLOCK][MAX_HEAD / 2] __attribute__((aligned(64)));
     int64_t slots[KEY_BLOCK];
@@ -35,7 +60,7 @@ static void pack_keys(uint32_t *kt, const char *kh, const int64_t *pages, int64_
         chunk_slots(pages, page_size, t0, n, slots);
         for (int64_t l = 0; l < KEY_BLOCK; l++) {
             if (l < n)
-                memcpy(rows[l], kh + (size_t)slots[l] * slot_stride, (size_t)D * 2);
+                load_row_bf16((uint16_t *)rows[l], kv, slots[l], D);
             else
                 memset(rows[l], 0, (size_t)D * 2);
         }
@@ -48,18 +73,24 @@ static void pack_keys(uint32_t *kt, const char *kh, const int64_t *pages, int64_
 
 // Values [0, len) of one kv head as pairs of keys: vp[(p * NV + i) * 16 + l] holds dimension 16 i + l of keys 2 p
 // (low half) and 2 p + 1 (high half); keys past len are 0.
-static void pack_values(uint32_t *vp, const char *vh, const int64_t *pages, int64_t len, int64_t padded,
-                        int64_t page_size, size_t slot_stride, int64_t D) {
+static void pack_values(uint32_t *vp, const KVHead *kv, const int64_t *pages, int64_t len, int64_t padded,
+                        int64_t page_size, int64_t D) {
     const int64_t NV = D / 16;
     int64_t slots[2];
+    uint16_t rows[2][MAX_HEAD] __attribute__((aligned(64)));
     for (int64_t t = 0; t < padded; t += 2) {
         const int64_t n = len - t < 2 ? (len - t > 0 ? len - t : 0) : 2;
         chunk_slots(pages, page_size, t, n, slots);
+        for (int64_t r = 0; r < 2; r++) {
+            if (r < n)
+                load_row_bf16(rows[r], kv, slots[r], D);
+            else
+                memset(rows[r], 0, (size_t)D * 2);
+        }
         uint32_t *dst = vp + t / 2 * NV * 16;
         for (int64_t i = 0; i < NV; i++) {
-            const __m256i zero = _mm256_setzero_si256();
-            const __m256i a = n > 0 ? _mm256_loadu_si256((const __m256i *)(vh + (size_t)slots[0] * slot_stride) + i) : zero;
-            const __m256i b = n > 1 ? _mm256_loadu_si256((const __m256i *)(vh + (size_t)slots[1] * slot_stride) + i) : zero;
+            const __m256i a = _mm256_load_si256((const __m256i *)(rows[0] + i * 16));
+            const __m256i b = _mm256_load_si256((const __m256i *)(rows[1] + i * 16));
             _mm512_store_si512(dst + i * 16, _mm512_or_si512(_mm512_cvtepu16_epi32(a),
                                                              _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
         }
@@ -145,14 +176,13 @@ static inline __attribute__((always_inline)) void attend_packed(
 // Keys padded to a whole number of softmax chunks (what the packed rows hold).
 static inline int64_t packed_keys(int64_t len) { return (len + CHUNK_KEYS - 1) / CHUNK_KEYS * CHUNK_KEYS; }
 
-// Pack keys and values [0, len) of one kv head (kh, vh: its first row) into kt: the keys, then at kt + padded * D / 2
-// the values; padded * D 32-bit words in all.
-static inline void pack_kv(uint32_t *kt, const char *kh, const char *vh, const int64_t *pages, int64_t len,
-                           int64_t page_size, size_t slot_stride, int64_t D) {
+// Pack keys and values [0, len) of one kv head into kt: the keys, then at kt + padded * D / 2 the values; padded * D
+// 32-bit words in all.
+static inline void pack_kv(uint32_t *kt, const KVHead *k, const KVHead *v, const int64_t *pages, int64_t len,
+                           int64_t page_size, int64_t D) {
     const int64_t padded = packed_keys(len);
-    pack_keys(kt, kh, pages, len, padded, page_size, slot_stride, D);
-    pack_values(kt + padded * D / 2, vh, pages, len, padded, page_size, slot_stride, D);
+    pack_keys(kt, k, pages, len, padded, page_size, D);
+    pack_values(kt + padded * D / 2, v, pages, len, padded, page_size, D);
 }
-
 #endif
 #endif

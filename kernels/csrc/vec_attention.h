@@ -19,10 +19,12 @@ int attend_groups_vec(const uint16_t *q, const void *k_cache, const void *v_cach
                       int64_t n_groups, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, float scale,
                       float *shared, float *shared_lse, int num_threads);
 
-// extend_attention_amx (amx_attention.h) on vector units (vec_extend.c: AVX512_BF16, head size 64 or 128); nonzero
-// where it cannot run.
-int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
+// extend_attention_amx (amx_attention.h) on vector units (vec_extend.c: AVX512_BF16, head size 64 or 128), over a
+// bf16 pool (kv_dtype 1) or one of one-byte codes with their bf16 scales (kv_dtype 3-5, kv_quant.h); nonzero where
+// it cannot run.
+int extend_attention_vec(const uint16_t *q, int64_t q_stride, const void *k_cache, const void *v_cache,
                          uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
                          const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t page_size, float scale, int num_threads);
+                         int64_t D, int64_t page_size, float scale, int num_threads, int kv_dtype,
+                         const uint16_t *k_scale, const uint16_t *v_scale);
 #endif

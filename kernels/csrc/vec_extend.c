@@ -2,7 +2,7 @@
 // extend_attention_amx on CPUs without AMX: each sequence's new tokens attend causally to its cached and new keys.
 // The keys and values of each (sequence, kv head) are packed once (packed_kv.h), then every block of its queries
 // reads them from L2: 4 sequences x 128 tokens over 512 cached, one layer, one thread, 12.6 -> 8.7 ms against
-// attending the pool rows in place.
+// attending the pool rows in place. A quantized pool (int8 / fp8 codes) is dequantized to bf16 while packing.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,13 +34,15 @@ static inline __attribute__((always_inline)) void extend_block(
     attend_packed(qs, lims, len, kt, vp, scale, outs, NULL, NULL, NV, QB);
 }
 
-int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
+int extend_attention_vec(const uint16_t *q, int64_t q_stride, const void *k_cache, const void *v_cache,
                          uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
                          const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t page_size, float scale, int num_threads) {
+                         int64_t D, int64_t page_size, float scale, int num_threads, int kv_dtype,
+                         const uint16_t *k_scale, const uint16_t *v_scale) {
     if (D != 64 && D != 128) return 1;
+    if (kv_dtype != 1 && !(kv_quantized(kv_dtype) && k_scale && v_scale)) return 1;
     const int64_t G = Hq / Hkv, QB = QUERY_REGS / (D / 16);
-    const size_t slot_stride = (size_t)(Hkv * D) * 2;
+    const size_t esize = kv_quantized(kv_dtype) ? 1 : 2, slot_stride = (size_t)(Hkv * D) * esize;
     // Packed rows of every (sequence, kv head): keys then values, D 32-bit words per padded key.
     int64_t *offsets = malloc((size_t)(n_seqs + 1) * sizeof(int64_t));
     if (!offsets) return 2;
@@ -62,8 +64,11 @@ int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_seqs * Hkv; item++) {
             const int64_t s = item / Hkv, h = item % Hkv, len = prefix_lens[s] + ext_lens[s];
-            pack_kv(packed + offsets[s] + h * packed_keys(len) * D, (const char *)k_cache + (size_t)(h * D) * 2,
-                    (const char *)v_cache + (size_t)(h * D) * 2, pages + s * max_pages, len, page_size, slot_stride, D);
+            const KVHead k = {(const char *)k_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
+                              k_scale ? k_scale + h : NULL, Hkv};
+            const KVHead v = {(const char *)v_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
+                              v_scale ? v_scale + h : NULL, Hkv};
+            pack_kv(packed + offsets[s] + h * packed_keys(len) * D, &k, &v, pages + s * max_pages, len, page_size, D);
         }  // the implicit barrier: every block below reads packed rows another thread may have written
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
@@ -88,13 +93,14 @@ int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_
     return 0;
 }
 #else
-int extend_attention_vec(const uint16_t *q, int64_t q_stride, const uint16_t *k_cache, const uint16_t *v_cache,
+int extend_attention_vec(const uint16_t *q, int64_t q_stride, const void *k_cache, const void *v_cache,
                          uint16_t *out, const int64_t *pages, int64_t max_pages, const int64_t *starts,
                          const int64_t *ext_lens, const int64_t *prefix_lens, int64_t n_seqs, int64_t Hq, int64_t Hkv,
-                         int64_t D, int64_t page_size, float scale, int num_threads) {
+                         int64_t D, int64_t page_size, float scale, int num_threads, int kv_dtype,
+                         const uint16_t *k_scale, const uint16_t *v_scale) {
     (void)q, (void)q_stride, (void)k_cache, (void)v_cache, (void)out, (void)pages, (void)max_pages, (void)starts;
     (void)ext_lens, (void)prefix_lens, (void)n_seqs, (void)Hq, (void)Hkv, (void)D, (void)page_size, (void)scale;
-    (void)num_threads;
+    (void)num_threads, (void)kv_dtype, (void)k_scale, (void)v_scale;
     return 1;
 }
 #endif
