@@ -294,7 +294,8 @@ def extend_attention_native(
             k_cache.shape[1], d, meta.page_size, scale, torch.get_num_threads())
     if amx_enabled() and not quantized:
         return lib.extend_attention_amx(*args) == 0
-    return lib.extend_attention_vec(*args, kv_code, *([t.data_ptr() for t in scales] or [None, None])) == 0
+    scale_ptrs: list[int | None] = [t.data_ptr() for t in scales] if scales else [None, None]
+    return lib.extend_attention_vec(*args, kv_code, *scale_ptrs) == 0
 
 
 def extend_attention(
