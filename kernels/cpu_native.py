@@ -283,7 +283,7 @@ def extend_attention_native(
             or q.stride(2) != 1 or q.stride(1) != q.shape[2] or not out.is_contiguous()
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return False
-    scales = [t for t in (k_scale, v_scale) if t is not None] if quantized else []
+    scales = [k_scale, v_scale] if k_scale is not None and v_scale is not None else []
     if not all(t.dtype == SCALE_DTYPE and t.is_contiguous() and t.shape == k_cache.shape[:2] for t in scales):
         return False
     pages, layout = meta.extend_pages, meta.extend_layout

@@ -65,7 +65,8 @@ def _workload(engine: Engine) -> dict[str, object]:
     stats = engine.stats()
     pipeline = engine.core.pipeline
     return {"peak": pipeline.peak_in_flight if pipeline is not None else 1, "greedy": greedy, "again": again,
-            "constrained": constrained, "seeded": seeded, "pressure": pressure, "preemptions": preemptions, "rest": rest, "aborted": last["meta_info"]["finish_reason"]["type"],
+            "constrained": constrained, "seeded": seeded, "pressure": pressure, "preemptions": preemptions,
+            "rest": rest, "aborted": last["meta_info"]["finish_reason"]["type"],
             "idle": (stats["running"], stats["cache_protected_tokens"])}
 
 

@@ -73,8 +73,8 @@ static inline __attribute__((always_inline)) void attend_group_vec(
     const int64_t D = NV * 16, total = n_rows * G;
     const int64_t lims[QUERY_REGS / 4] = {len, len, len, len};
     float spare[MAX_HEAD] __attribute__((aligned(64))), spare_lse;
-    const KVHead k = {kh, slot_stride, 1, NULL, 0}, v = {vh, slot_stride, 1, NULL, 0};
-    pack_kv(packed, &k, &v, pages, len, page_size, D);
+    const KVHead keys = {kh, slot_stride, 1, NULL, 0}, values = {vh, slot_stride, 1, NULL, 0};
+    pack_kv(packed, &keys, &values, pages, len, page_size, D);
     const uint32_t *vp = packed + packed_keys(len) * D / 2;
     for (int64_t q0 = 0; q0 < total; q0 += QB) {
         const uint32_t *qs[QUERY_REGS / 4];

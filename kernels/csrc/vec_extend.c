@@ -64,11 +64,12 @@ int extend_attention_vec(const uint16_t *q, int64_t q_stride, const void *k_cach
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_seqs * Hkv; item++) {
             const int64_t s = item / Hkv, h = item % Hkv, len = prefix_lens[s] + ext_lens[s];
-            const KVHead k = {(const char *)k_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
-                              k_scale ? k_scale + h : NULL, Hkv};
-            const KVHead v = {(const char *)v_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
-                              v_scale ? v_scale + h : NULL, Hkv};
-            pack_kv(packed + offsets[s] + h * packed_keys(len) * D, &k, &v, pages + s * max_pages, len, page_size, D);
+            const KVHead keys = {(const char *)k_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
+                                 k_scale ? k_scale + h : NULL, Hkv};
+            const KVHead values = {(const char *)v_cache + (size_t)(h * D) * esize, slot_stride, kv_dtype,
+                                   v_scale ? v_scale + h : NULL, Hkv};
+            pack_kv(packed + offsets[s] + h * packed_keys(len) * D, &keys, &values, pages + s * max_pages, len,
+                    page_size, D);
         }  // the implicit barrier: every block below reads packed rows another thread may have written
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {

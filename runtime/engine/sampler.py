@@ -432,4 +432,3 @@ def _build_ban(params: Sequence[SamplingParams], output_ids: Sequence[Sequence[i
                           torch.zeros(len(rows), dtype=torch.float32, device=device))
     _check_ids(sparse.ids, vocab, "stop")
     return sparse
-

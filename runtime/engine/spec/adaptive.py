@@ -3,8 +3,9 @@
 Speculation that keeps failing only adds verify work, so a request whose whole proposal is rejected pauses
 proposing for a number of steps that grows fourfold with every further full rejection (up to `MAX_PAUSE`), and any
 kept draft token ends the pause. Fourfold rather than doubling: a 96-token request whose drafts are all rejected
-verifies 5 times instead of 7 (each failed verification costs a draft proposal and an eager forward). With near-zero acceptance the engine then verifies drafts on a vanishing fraction of
-steps and runs at the speed of plain decoding.
+verifies 5 times instead of 7 (each failed verification costs a draft proposal and an eager forward). With
+near-zero acceptance the engine then verifies drafts on a vanishing fraction of steps and runs at the speed of
+plain decoding.
 
 A new request has no history of its own, so it starts from the engine's (`AcceptanceHistory`): when none of the
 last `HISTORY` verifications across requests kept a draft token, it proposes one token at first and its first full
