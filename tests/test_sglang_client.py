@@ -23,6 +23,8 @@ SGLANG = "sglang==0.5.23"
 # What `import sglang` and its frontend need beyond sprig's own dependencies (found by importing it bare).
 LIGHT_DEPS = ["psutil", "pybase64", "msgspec", "pyzmq", "aiohttp", "multidict", "yarl", "propcache",
               "aiohappyeyeballs", "aiosignal", "frozenlist"]
+# sglang.utils imports IPython.display: installed with its own dependencies (a fresh environment has none of them).
+WITH_DEPS = ["ipython"]
 RUNNER = Path(__file__).resolve().parent / "sglang_client_runner.py"
 PROGRAMS = ["test_chat_completion_speculative", "test_completion_speculative", "test_decode_int",
             "test_decode_json", "test_decode_json_regex", "test_dtype_gen", "test_expert_answer", "test_few_shot_qa",
@@ -48,12 +50,14 @@ CLIENT_BUGS = {"test_stream_logprobs": "SGLang's test contradicts its RuntimeEnd
 def sglang_path() -> Path:
     cache = Path(os.environ.get("SPRIG_CACHE_DIR", Path.home() / ".cache" / "sprig"))
     target = cache / "sglang-0.5.23"
-    if not (target / ".complete").exists():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                               SGLANG, *LIGHT_DEPS], capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot install {SGLANG}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-        (target / ".complete").touch()
+    done = target / ".complete-with-ipython"
+    if not done.exists():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(target)]
+        for command in ([*pip, "--no-deps", SGLANG, *LIGHT_DEPS], [*pip, *WITH_DEPS]):
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                pytest.skip(f"cannot install {SGLANG}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        done.touch()
     return target
 
 
