@@ -26,3 +26,10 @@ def __getattr__(name: str) -> Any:
 
         return getattr(sprig.lang, name)
     raise AttributeError(f"module 'sprig' has no attribute {name!r}")
+
+
+__all__ = sorted({"Engine", "__version__", *_LANG_NAMES})
+
+
+def __dir__() -> list[str]:
+    return __all__
