@@ -9,6 +9,7 @@ from test_server_helpers import BASE_ARGS, ServerProcess, tiny_model  # noqa: E4
 import sprig
 from sprig import Engine
 from sprig.lang import BackendError, OpenAICompatible, RuntimeEndpoint, SelectMethod, UnsupportedError
+from sprig.lang.backends.openai_compat import api_root
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,13 @@ def test_endpoint_errors_are_clear(endpoint):
     assert info.value.status == 400 and "top_p" in str(info.value)
     with pytest.raises(BackendError):
         RuntimeEndpoint("http://127.0.0.1:9")
+
+
+def test_openai_compatible_takes_the_server_address_with_or_without_v1(server):
+    bare, rooted = OpenAICompatible(server.url), OpenAICompatible(server.url + "/v1/")
+    assert bare.http.base_url == rooted.http.base_url == server.url + "/v1"
+    assert bare.model == rooted.model  # both listed the server's models through /v1/models
+    assert api_root("https://example.test/openai/v1") == "https://example.test/openai/v1"
 
 
 def test_openai_compatible_chat_completions_and_select(server, engine):

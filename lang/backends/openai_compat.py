@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from enum import Enum
 from typing import Any
+from urllib.parse import urlsplit
 
 from sprig.lang.backends.base import Backend, ChoiceLogprobs, GenOutput, Prompt, StreamChunk
 from sprig.lang.backends.http import DEFAULT_TIMEOUT_S, HttpClient
@@ -21,6 +22,12 @@ from sprig.lang.errors import BackendError, ProgramStateError, UnsupportedError
 from sprig.lang.ir import Role
 
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+
+
+def api_root(base_url: str) -> str:
+    """`base_url` as the API root: `/v1` added to a bare server address, anything else kept as given."""
+    url = base_url.rstrip("/")
+    return url + "/v1" if urlsplit(url).path == "" else url
 
 
 class OpenAIMode(str, Enum):
@@ -32,12 +39,13 @@ class OpenAIMode(str, Enum):
 
 
 class OpenAICompatible(Backend):
-    """A backend over an OpenAI-compatible HTTP API (`base_url` ends in `/v1`)."""
+    """A backend over an OpenAI-compatible HTTP API. `base_url` is the API's root (`http://host:port/v1`); a bare
+    server address (`http://host:port`) gets `/v1` added, as every OpenAI-compatible server serves it there."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  mode: OpenAIMode | str = OpenAIMode.AUTO, chat_template: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.http = HttpClient(base_url, api_key, timeout)
+        self.http = HttpClient(api_root(base_url), api_key, timeout)
         self.mode = OpenAIMode(mode)
         self.model = model or self._first_model()
         # Only rendered text (completions, select) needs the template; give it for exact role text.
