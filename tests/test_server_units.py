@@ -209,8 +209,11 @@ def test_health_is_503_while_loading_dead_stalled_or_draining():
                 return resp.status_code, (resp.json().get("error") or {}).get("code")
 
             seen.append(await health())
+            seen.append(await health())
+            errors = (await client.get("/metrics")).text
+            assert "sprig_request_errors_total{" not in errors  # probes answered 503 are not request errors
             assert (await client.get("/v1/models")).status_code == 503
-            assert (await client.get("/metrics")).status_code == 200
+            assert 'sprig_request_errors_total{code="loading"' in (await client.get("/metrics")).text
             gate.set()
             while state.engine is None:
                 await asyncio.sleep(0.01)
@@ -224,5 +227,5 @@ def test_health_is_503_while_loading_dead_stalled_or_draining():
             seen.append(await health())
         return seen
 
-    assert asyncio.run(statuses()) == [(503, "loading"), (200, None), (503, "stalled"), (503, "draining"),
+    assert asyncio.run(statuses()) == [(503, "loading"), (503, "loading"), (200, None), (503, "stalled"), (503, "draining"),
                                        (503, "dead")]

@@ -50,8 +50,9 @@ def ops_router() -> APIRouter:
         status = get_state(request).health()
         if status is Health.OK:
             return json_response({"status": status.value})
-        raise APIError(503, f"not ready: {status.value}", ErrorType.UNAVAILABLE, None, status.value,
-                       {"Retry-After": "5"})
+        # Answered, not raised: a probe's 503 is the server's state, not a request error for the metrics.
+        return APIError(503, f"not ready: {status.value}", ErrorType.UNAVAILABLE, None, status.value,
+                        {"Retry-After": "5"}).to_response()
 
     @router.get("/health_generate", response_model=None, include_in_schema=False)
     async def health_generate(request: Request) -> Response:
