@@ -103,6 +103,9 @@ def test_shutdown_timeout_zero_aborts_at_once(servers):
         server.stop()
     assert code == 0 and lines[-1] == "[DONE]"
     assert stream_ended < 2.0  # the process itself then needs Python/torch teardown time
+    said = server.output()
+    assert "sprig: draining: 8 sequences in flight get up to 0 s to finish (Ctrl-C again stops at once)" in said
+    assert said.rstrip().endswith("sprig: stopped") and "Traceback" not in said
 
 
 def test_a_model_that_fails_to_load_exits_non_zero(tmp_path, capsys):

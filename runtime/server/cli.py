@@ -119,6 +119,10 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:  # the first signal drains; uvicorn takes a second Ctrl-C as "stop now"
+            again = "Ctrl-C again stops at once" if sig == signal.SIGINT else "SIGINT stops at once"
+            print(f"sprig: draining: {self.state.inflight_sequences} sequences in flight get up to "
+                  f"{self.state.settings.shutdown_timeout:g} s to finish ({again})", file=sys.stderr, flush=True)
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.state.begin_drain, self.loop)
         super().handle_exit(sig, frame)
@@ -171,4 +175,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             h11_max_incomplete_event_size=64 << 10)
     server = _Server(config, app.state.sprig)
     asyncio.run(server.serve(sockets=[sock]))
+    if status["code"] == 0:
+        print("sprig: stopped", file=sys.stderr, flush=True)
     return status["code"]
