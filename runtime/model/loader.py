@@ -1,4 +1,5 @@
-"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map."""
+"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map, or a
+GGUF file (`gguf_loader.py` maps its tensors)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,13 @@ from tqdm import tqdm
 from sprig.kernels.backend import get_kernels
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
+from sprig.runtime.model.block_quant import BlockQuantLinear
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.gguf_config import gguf_model_config
+from sprig.runtime.model.gguf_file import is_gguf_path, open_gguf
+from sprig.runtime.model.gguf_loader import fill_from_gguf, tensor_types, use_block_quant
+from sprig.runtime.model.gguf_tokenizer import check_vocabulary
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -213,10 +220,14 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
     tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
+    swap: Callable[[CausalLM], None] | None = None,
 ) -> CausalLM:
+    """The model on `device` with uninitialized weights; `swap` replaces modules while it is still on meta."""
     ops = get_kernels(backend, device)
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, ops, tp, stage)
+        if swap is not None:
+            swap(model)
         if quantization == "int8":
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
@@ -243,12 +254,20 @@ def load_model(
     attention_backend: str | None = None,
     tp: TPContext | None = None,
     stage: StageRange | None = None,
+    gguf_dequantize: bool = False,
 ) -> CausalLM:
-    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors.
+    """Build the model for the checkpoint in `path` (a folder or a GGUF file) and fill it; errors are one-line
+    CheckpointErrors.
 
     With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`); with a
     pipeline `stage` only that stage's layers (and the embedding / LM head where it holds them) are built and read.
+    A GGUF file's block-quantized tensors stay quantized unless `gguf_dequantize` (see `gguf_loader.py`).
     """
+    if is_gguf_path(path):
+        if quantization is not None:
+            raise CheckpointError(f"--quantization {quantization} does not apply to a GGUF file (its weights load "
+                                  "as stored; --gguf-dequantize loads them in the model dtype)")
+        return _load_gguf(Path(path), dtype, device, attention_backend, tp, stage, gguf_dequantize)
     folder = Path(path)
     cfg = load_model_config(folder)
     torch_dtype = resolve_dtype(dtype, cfg)
@@ -303,7 +322,15 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    return _finish(model, device)
+
+
+def _finish(model: CausalLM, device: str) -> CausalLM:
+    """Re-lay the loaded linears out for the CPU kernels and record which kernels run them."""
     _pack_int8_linears(model, device)
+    for m in model.modules():
+        if isinstance(m, BlockQuantLinear) and torch.device(device).type == "cpu":
+            m.pack_for_cpu()
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -313,6 +340,29 @@ def load_model(
     model.graph_blocker = _graph_blocker(model)
     model.eval()
     return model
+
+
+def checkpoint_config(path: str | Path) -> ModelConfig:
+    """The model description of a checkpoint folder or a GGUF file."""
+    return gguf_model_config(open_gguf(path)) if is_gguf_path(path) else load_model_config(path)
+
+
+def _load_gguf(path: Path, dtype: str, device: str, attention_backend: str | None, tp: TPContext | None,
+               stage: StageRange | None, dequantized: bool) -> CausalLM:
+    if (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers):
+        raise CheckpointError("tensor and pipeline parallelism over a GGUF file are not supported yet; use "
+                              "--tp-size 1 --pp-size 1")
+    gguf = open_gguf(path)
+    cfg = gguf_model_config(gguf)
+    check_vocabulary(gguf, gguf.tensors["token_embd.weight"].shape[0])
+    tensor_types(gguf)  # an unreadable GGML type is reported before anything is built
+    swap = None if dequantized else (lambda model: use_block_quant(model, gguf))
+    try:
+        model = _build_empty_model(cfg, resolve_dtype(dtype, cfg), None, device, attention_backend, swap=swap)
+    except ValueError as e:  # an unusable kernel backend
+        raise CheckpointError(str(e)) from None
+    fill_from_gguf(model, gguf)
+    return _finish(model, device)
 
 
 def _pack_linear(linear: Linear) -> None:
@@ -339,6 +389,9 @@ def _linear_label(module: nn.Module) -> str | None:
         if module.isa is not None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
+    if isinstance(module, BlockQuantLinear):
+        return f"ggml {module.qtype.name.lower()} " + ("(torch dequantize)" if module.isa is None
+                                                       else f"({module.isa.name.lower()})")
     return "fp8" if isinstance(module, Fp8Linear) else None
 
 
@@ -353,8 +406,8 @@ def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
     if model.lm_head is None:
         return "the LM head is the tied embedding, multiplied by F.linear"
-    labels = {_linear_label(m) for m in model.modules() if isinstance(m, Linear | Int8Linear | Fp8Linear)
-              and not _in_c(m)}
+    kinds = Linear | Int8Linear | Fp8Linear | BlockQuantLinear
+    labels = {_linear_label(m) for m in model.modules() if isinstance(m, kinds) and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 
 
