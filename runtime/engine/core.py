@@ -29,7 +29,7 @@ from sprig.runtime.errors import CheckpointError, RequestError
 from sprig.runtime.model.checkpoints import demo_model_path
 from sprig.runtime.model.gguf_file import is_gguf_path
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
-from sprig.runtime.model.loader import checkpoint_config, load_model, resolve_dtype
+from sprig.runtime.model.loader import checkpoint_config, checkpoint_format, load_model, resolve_dtype
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
@@ -62,6 +62,7 @@ class EngineCore:
             self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
                                     config.attention_backend, gguf_dequantize=config.gguf_dequantize)
         self.model_config = self.model.cfg
+        self.checkpoint_format = checkpoint_format(self.model_path)
         self.context_length = min(config.context_length or self.model_config.context_length,
                                   self.model_config.context_length)
         dtype = resolve_dtype(config.dtype, model_cfg)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,8 +24,11 @@ from torch import nn
 from sprig.kernels.ggml_quants import GGMLType, dequantize
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear, checkpoint_type
+from sprig.runtime.model.config import ModelConfig
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear
-from sprig.runtime.model.gguf_file import GGUFFile, GGUFTensor
+from sprig.runtime.model.gguf_config import gguf_model_config
+from sprig.runtime.model.gguf_file import GGUFFile, GGUFTensor, open_gguf
+from sprig.runtime.model.gguf_tokenizer import check_tokenizer_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,17 @@ def gguf_targets(model: CausalLM, arch: str) -> dict[str, GGUFTarget]:
         targets[f"{p}attn_norm.weight"] = GGUFTarget(layer.input_layernorm, "weight")
         targets[f"{p}ffn_norm.weight"] = GGUFTarget(layer.post_attention_layernorm, "weight")
     return targets
+
+
+def check_gguf(path: str | Path) -> tuple[GGUFFile, ModelConfig]:
+    """Open the file and check what can be checked before building anything: the header and tensor extents,
+    the architecture and config, the tokenizer model and its size, every tensor's type. `sprig serve` runs this
+    before it serves the port; each problem is a one-line CheckpointError."""
+    gguf = open_gguf(path)
+    cfg = gguf_model_config(gguf)
+    check_tokenizer_metadata(gguf, gguf.tensors["token_embd.weight"].shape[0])
+    tensor_types(gguf)
+    return gguf, cfg
 
 
 def tensor_types(gguf: GGUFFile) -> dict[str, GGMLType]:

@@ -26,6 +26,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.gguf_file import GGUFFile
 
+TOKENIZER_MODELS = ("gpt2", "llama")  # `tokenizer.ggml.model`: byte-level BPE, SentencePiece BPE
 SPIECE_SPACE = "\u2581"  # SentencePiece's visible space, "▁"
 
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -88,7 +89,8 @@ def gguf_tokenizer(gguf: GGUFFile) -> GGUFTokenizer:
         hf = _sentencepiece(tokens, merges, gguf.get("tokenizer.ggml.scores"))
         default_bos = True  # why: llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise
     else:
-        raise CheckpointError(f"{gguf.path.name}: unsupported GGUF tokenizer model {kind!r}; supported: gpt2, llama")
+        raise CheckpointError(f"{gguf.path.name}: unsupported GGUF tokenizer model {kind!r}; supported: "
+                              f"{', '.join(TOKENIZER_MODELS)}")
     special = {name: _token_at(tokens, gguf.get(f"tokenizer.ggml.{name}_token_id"))
                for name in ("bos", "eos", "unknown", "padding")}
     _add_special_tokens(hf, tokens, types, [t for t in special.values() if t is not None], kind == "gpt2")
@@ -176,8 +178,13 @@ def _add_special_tokens(hf: Tokenizer, tokens: list[str], types: list[TokenType]
     hf.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
 
-def check_vocabulary(gguf: GGUFFile, embedding_rows: int) -> None:
-    """The vocabulary must have one token per embedding row (llama.cpp's own requirement)."""
+def check_tokenizer_metadata(gguf: GGUFFile, embedding_rows: int) -> None:
+    """A tokenizer model sprig builds, with one token per embedding row (llama.cpp's own requirement); a one-line
+    CheckpointError otherwise. Cheap: nothing is built."""
+    kind = gguf.get("tokenizer.ggml.model")
+    if kind not in TOKENIZER_MODELS:
+        raise CheckpointError(f"{gguf.path.name}: unsupported GGUF tokenizer model {kind!r}; supported: "
+                              f"{', '.join(TOKENIZER_MODELS)}")
     field = gguf.fields.get("tokenizer.ggml.tokens")
     count = len(field.data) if field is not None else 0
     if count != embedding_rows:

@@ -25,8 +25,7 @@ from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
 from sprig.runtime.model.gguf_config import gguf_model_config
 from sprig.runtime.model.gguf_file import is_gguf_path, open_gguf
-from sprig.runtime.model.gguf_loader import fill_from_gguf, tensor_types, use_block_quant
-from sprig.runtime.model.gguf_tokenizer import check_vocabulary
+from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -342,6 +341,23 @@ def _finish(model: CausalLM, device: str) -> CausalLM:
     return model
 
 
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """What kind of checkpoint a path holds, for the start-up block and /model_info."""
+
+    name: str  # "safetensors" (a Hugging Face folder) or "gguf"
+    file_type: str | None  # a GGUF file's quantization as llama.cpp names it (`Q4_1`); None for a folder
+
+    def describe(self) -> str:
+        return self.name if self.file_type is None else f"{self.name} {self.file_type}"
+
+
+def checkpoint_format(path: str | Path) -> CheckpointFormat:
+    if is_gguf_path(path):
+        return CheckpointFormat("gguf", open_gguf(path).file_type)
+    return CheckpointFormat("safetensors", None)
+
+
 def checkpoint_config(path: str | Path) -> ModelConfig:
     """The model description of a checkpoint folder or a GGUF file."""
     return gguf_model_config(open_gguf(path)) if is_gguf_path(path) else load_model_config(path)
@@ -352,10 +368,7 @@ def _load_gguf(path: Path, dtype: str, device: str, attention_backend: str | Non
     if (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers):
         raise CheckpointError("tensor and pipeline parallelism over a GGUF file are not supported yet; use "
                               "--tp-size 1 --pp-size 1")
-    gguf = open_gguf(path)
-    cfg = gguf_model_config(gguf)
-    check_vocabulary(gguf, gguf.tensors["token_embd.weight"].shape[0])
-    tensor_types(gguf)  # an unreadable GGML type is reported before anything is built
+    gguf, cfg = check_gguf(path)
     swap = None if dequantized else (lambda model: use_block_quant(model, gguf))
     try:
         model = _build_empty_model(cfg, resolve_dtype(dtype, cfg), None, device, attention_backend, swap=swap)
