@@ -100,6 +100,9 @@ class EngineConfig:
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
         self._validate_pipeline()
+        if str(self.model_path or "").lower().endswith(".gguf") and (self.tp_size > 1 or self.pp_size > 1):
+            raise ValueError("tensor and pipeline parallelism over a GGUF file are not supported yet; use tp_size 1 "
+                             "and pp_size 1")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:

@@ -154,19 +154,22 @@ def _raw_rows(tensor: GGUFTensor) -> torch.Tensor:
 def _copy(target: GGUFTarget, name: str, tensor: GGUFTensor, qtype: GGMLType) -> None:
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
-    block = isinstance(target.module, BlockQuantLinear | BlockQuantEmbedding) and target.attr == "weight"
-    expected = (rows,) if param.dim() == 1 else (rows, target.module.in_features if block else param.shape[1])
+    module = target.module
+    block = isinstance(module, BlockQuantLinear | BlockQuantEmbedding) and target.attr == "weight"
+    cols = module.in_features if isinstance(module, BlockQuantLinear | BlockQuantEmbedding) else param.shape[-1]
+    expected = (rows,) if param.dim() == 1 else (rows, cols)
     if tensor.shape != expected:
         raise CheckpointError(f"tensor {name} has shape {tensor.shape}, expected {expected}")
     raw = _raw_rows(tensor)  # [rows, row_bytes]; a 1-D tensor is one row
     if block:
-        if qtype is not target.module.qtype:
-            raise CheckpointError(f"tensor {name} is {qtype.name}, its layer holds {target.module.qtype.name}")
-        target.module.load_raw(target.row_start, _unpermute_rows(raw, target.heads))
+        assert isinstance(module, BlockQuantLinear | BlockQuantEmbedding)  # `block` says so
+        if qtype is not module.qtype:
+            raise CheckpointError(f"tensor {name} is {qtype.name}, its layer holds {module.qtype.name}")
+        module.load_raw(target.row_start, _unpermute_rows(raw, target.heads))
         return
+    dest = param.data[target.row_start : target.row_start + rows]
     values = dequantize(raw, qtype, tensor.shape[-1]).reshape(rows, -1)  # a 1-D tensor as a column
-    values = _unpermute_rows(values, target.heads).reshape(param.data[target.row_start : target.row_start + rows].shape)
-    param.data[target.row_start : target.row_start + rows].copy_(values.to(param.dtype))
+    dest.copy_(_unpermute_rows(values, target.heads).reshape(dest.shape).to(dest.dtype))
 
 
 def _unpermute_rows(rows: torch.Tensor, heads: int) -> torch.Tensor:
