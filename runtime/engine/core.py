@@ -26,9 +26,10 @@ from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
+from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
 from sprig.runtime.model.checkpoints import demo_model_path
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
-from sprig.runtime.model.loader import checkpoint_config, checkpoint_format, load_model, resolve_dtype
+from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
