@@ -89,3 +89,24 @@ def test_mixed_types_in_a_fused_projection_are_held_dequantized(tiny_paths, tmp_
     assert isinstance(native.layers[1].self_attn.qkv_proj, BlockQuantLinear)
     dequantized = load_model(path, "float32", gguf_dequantize=True)
     assert (logits(native, IDS) - logits(dequantized, IDS)).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.BF16])
+def test_half_precision_files_load_close_to_the_folder(qtype, tiny_paths, tmp_path):
+    folder = tiny_paths["tiny-qwen3"]
+    path = write_tiny_gguf(folder, tmp_path / f"{qtype.name}.gguf", qtype)
+    assert checkpoint_config(path).torch_dtype == ("bfloat16" if qtype is Q.BF16 else "float32")
+    model = load_model(path, "float32")
+    assert not any(isinstance(m, BlockQuantLinear) for m in model.modules())
+    expected = logits(load_model(folder, "float32"), IDS)
+    assert ((logits(model, IDS) - expected).norm() / expected.norm()).item() < 0.02
+
+
+def test_end_of_turn_ids_stop_generation_too(tiny_paths, tmp_path):
+    def add_eot(meta, tensors):
+        del tensors
+        meta["tokenizer.ggml.eot_token_id"] = 5
+        meta["tokenizer.ggml.eom_token_id"] = 6
+
+    path = write_tiny_gguf(tiny_paths["tiny-llama"], tmp_path / "eot.gguf", edit=add_eot)
+    assert checkpoint_config(path).eos_token_ids == (2, 5, 6)
