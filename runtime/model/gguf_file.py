@@ -102,13 +102,6 @@ class GGUFFile:
             raise CheckpointError(f"{self.path.name}: GGUF metadata lacks {key}")
         return value
 
-    def strings(self, key: str) -> list[str] | None:
-        """A string array (the vocabulary, the merges) decoded in one pass."""
-        field = self.fields.get(key)
-        if field is None:
-            return None
-        return [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
-
     @property
     def file_type(self) -> str:
         """llama.cpp's name of the file's quantization (`general.file_type`), e.g. `Q4_1`."""

@@ -76,14 +76,14 @@ class GGUFTokenizer:
 def gguf_tokenizer(gguf: GGUFFile) -> GGUFTokenizer:
     """Build the file's tokenizer; a one-line CheckpointError for a tokenizer model sprig cannot build."""
     kind = gguf.get("tokenizer.ggml.model")
-    tokens = gguf.strings("tokenizer.ggml.tokens")
+    tokens = gguf.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise CheckpointError(f"{gguf.path.name}: GGUF metadata lacks tokenizer.ggml.tokens")
     types = [TokenType.NORMAL] * len(tokens)
     raw_types = gguf.get("tokenizer.ggml.token_type")
     if raw_types is not None:
         types = [TokenType(t) if t in TokenType._value2member_map_ else TokenType.NORMAL for t in raw_types]
-    merges = gguf.strings("tokenizer.ggml.merges")
+    merges = gguf.get("tokenizer.ggml.merges")
     if kind == "gpt2":
         hf = _byte_level(tokens, merges or [], gguf.get("tokenizer.ggml.pre"))
         default_bos = False
