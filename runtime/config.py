@@ -23,6 +23,7 @@ class EngineConfig:
     model_path: str | None = None  # None: the built-in demo model
     dtype: str = "auto"
     quantization: str | None = None
+    gguf_dequantize: bool = False  # a GGUF file's block-quantized weights dequantized into `dtype` at load
     kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES: K/V stored as int8 / fp8 codes with per-token scales
     device: str = "cpu"
     max_total_tokens: int | None = None  # KV pool size in tokens; None: from mem_fraction
@@ -99,6 +100,9 @@ class EngineConfig:
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
         self._validate_pipeline()
+        if str(self.model_path or "").lower().endswith(".gguf") and (self.tp_size > 1 or self.pp_size > 1):
+            raise ValueError("tensor and pipeline parallelism over a GGUF file are not supported yet; use tp_size 1 "
+                             "and pp_size 1")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
@@ -184,11 +188,16 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """The common engine flags of every `sprig` command."""
     d = EngineConfig()
     parser.add_argument("--model", "--model-path", dest="model_path", default=None,
-                        help="Hugging Face checkpoint folder (default: the built-in demo model)")
+                        help="Hugging Face checkpoint folder or GGUF file (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
                         help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
-                             "quantize activations per token too) or fp8 (e4m3, per row); fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+                             "quantize activations per token too), fp8 (e4m3, per row), or GGML blocks kept quantized in "
+                             "memory, the embedding and LM head too: q8_0, q4_0 or q4_1 (32 weights a block); fp8 "
+                             "checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+    parser.add_argument("--gguf-dequantize", action="store_true",
+                        help="dequantize a GGUF file's quantized weights into --dtype at load (default: they stay "
+                             "block-quantized)")
     parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
                         help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
                              "and head (about half the bytes per token)")

@@ -138,12 +138,30 @@ def _engine_factory(cfg: EngineConfig):
     return make
 
 
+def _check_gguf_before_serving(sock: socket.socket, path: str | None) -> None:
+    """A broken GGUF file fails here, one line and exit status 2, before the port is served (the model itself
+    loads while the server already answers /health)."""
+    from sprig.runtime.model.gguf_file import is_gguf_path  # why: here, so other commands never import gguf
+
+    if not is_gguf_path(path):
+        return
+    assert path is not None  # a GGUF path
+    from sprig.runtime.model.gguf_loader import check_gguf
+
+    try:
+        check_gguf(path)
+    except BaseException:
+        sock.close()
+        raise
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until a signal; returns the exit status."""
     cfg = config_from_args(args)
     settings = settings_from_args(args)
     auth = Authenticator(args.api_key, load_keys_file(args.api_keys) if args.api_keys else None)
     sock = bind_socket(settings.host, settings.port)  # why: before torch loads, so a busy port fails at once
+    _check_gguf_before_serving(sock, cfg.model_path)
     from sprig.runtime.server.app import create_app
 
     port = sock.getsockname()[1]

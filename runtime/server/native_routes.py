@@ -269,9 +269,10 @@ def _flush_timeout(request: Request) -> float:
 
 def _model_info(state: ServerState) -> dict[str, Any]:
     core = state.ready_engine().core
+    fmt = core.checkpoint_format
     return {"model_path": core.model_path, "tokenizer_path": core.model_path, "is_generation": True,
             "served_model_name": state.model_name, "context_length": core.context_length,
-            "vocab_size": core.vocab_size}
+            "vocab_size": core.vocab_size, "model_format": fmt.name, "file_type": fmt.file_type}
 
 
 async def _server_info(state: ServerState) -> dict[str, Any]:
