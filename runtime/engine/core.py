@@ -27,9 +27,9 @@ from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
-from sprig.runtime.model.checkpoints import demo_model_path
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
+from sprig.runtime.model.named_models import model_location
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
@@ -47,7 +47,7 @@ class EngineCore:
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model_path = str(config.model_path or demo_model_path())
+        self.model_path = model_location(config.model_path)
         model_cfg = checkpoint_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
         # Tensor / pipeline parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.

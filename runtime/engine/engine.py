@@ -45,7 +45,8 @@ MAX_PRIORITY = 2**31 - 1  # SGLang's int32 range; larger values would only reord
 
 
 class Engine:
-    """An LLM engine over one checkpoint folder (`None`: the built-in demo model); see docs/architecture.md."""
+    """An LLM engine over one checkpoint folder or GGUF file (`None`: SmolLM2-135M-Instruct, the default model;
+    `"demo"`: the built-in random-weight demo model); see docs/architecture.md."""
 
     def __init__(self, model_path: str | None = None, **options: Any) -> None:
         self.config = EngineConfig.from_options(model_path, options)

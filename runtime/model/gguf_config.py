@@ -64,7 +64,8 @@ def _config(gguf: GGUFFile) -> ModelConfig:
         attention_bias="blk.0.attn_q.bias" in gguf.tensors,
         qk_norm="blk.0.attn_q_norm.weight" in gguf.tensors,
         tie_word_embeddings="output.weight" not in gguf.tensors,
-        torch_dtype="bfloat16" if gguf.file_type == "BF16" else "float32",
+        # why: a quantized file has no compute dtype of its own; bf16 is the one sprig's CPU kernels are fastest in
+        torch_dtype="float32" if gguf.file_type == "F32" else "bfloat16",
         eos_token_ids=_stop_ids(gguf),
         context_length=context,
     )

@@ -24,6 +24,7 @@ import uvicorn
 
 from sprig.runtime.config import EngineConfig, add_engine_args, config_from_args
 from sprig.runtime.errors import describe
+from sprig.runtime.model.named_models import model_location
 from sprig.runtime.server.auth import Authenticator, load_keys_file
 from sprig.runtime.server.state import ServerSettings, ServerState
 
@@ -43,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: $SPRIG_API_KEY)")
     p.add_argument("--api-keys", default=None, metavar="FILE",
                    help="JSON or TOML file of per-tenant keys with limits and cache namespaces")
-    p.add_argument("--served-model-name", default=None, help="model id in the API (default: the --model path)")
+    p.add_argument("--served-model-name", default=None, help="model id in the API (default: the --model value: "
+                   "'demo', a path, or SmolLM2-135M-Instruct without --model)")
     p.add_argument("--max-request-bytes", type=int, default=d.max_request_bytes, help="larger bodies get 413")
     p.add_argument("--max-queued-requests", type=int, default=d.max_queued_requests,
                    help="queued sequences beyond this get 503 with Retry-After")
@@ -160,8 +162,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     settings = settings_from_args(args)
     auth = Authenticator(args.api_key, load_keys_file(args.api_keys) if args.api_keys else None)
+    location = model_location(cfg.model_path)  # a missing default model: one line saying how to install it
     sock = bind_socket(settings.host, settings.port)  # why: before torch loads, so a busy port fails at once
-    _check_gguf_before_serving(sock, cfg.model_path)
+    _check_gguf_before_serving(sock, location)
     from sprig.runtime.server.app import create_app
 
     port = sock.getsockname()[1]
