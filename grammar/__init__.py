@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sprig.grammar.automaton import CompiledGrammar
-from sprig.grammar.compiler import GrammarCompiler
+from sprig.grammar.compile.compiler import GrammarCompiler
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, GrammarTooComplex
-from sprig.grammar.llg import CompiledLark
+from sprig.grammar.llg.lark import CompiledLark
+from sprig.grammar.outlines.automaton import CompiledGrammar
 from sprig.grammar.spec import GrammarKind, GrammarSpec, JsonOptions, Whitespace
 from sprig.grammar.vocabulary import TokenizerInfo
 

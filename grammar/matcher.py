@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from outlines_core import Guide
 
-from sprig.grammar import labels
-from sprig.grammar.automaton import CompiledGrammar
+from sprig.grammar.outlines.automaton import CompiledGrammar
+from sprig.grammar.schema import labels
 
 MAX_JUMP_BYTES = 256  # why: bounds the work (and the extend pass) of one jump-forward
 MAX_ROW_CACHE_BYTES = 16 << 20  # per compiled grammar: finished bitmask rows, reused by every request

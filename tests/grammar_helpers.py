@@ -24,7 +24,7 @@ DRAFT_URIS = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
 
 def suite_files(draft: str) -> list[Path]:
     """The draft's test files, then the optional format files for the formats sprig enforces."""
-    from sprig.grammar.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
     root = SUITE_ROOT / draft
     optional = [root / "optional" / "format" / f"{name}.json" for name in sorted(SUPPORTED_FORMATS)]
@@ -40,7 +40,7 @@ def in_draft(schema: Any, draft: str) -> Any:
 
 def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bool:
     """The suite's verdict, with format assertion for the formats sprig enforces (its documented setting)."""
-    from sprig.grammar.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
     schema = group["schema"]
     if (file == "format.json" and isinstance(schema, dict) and schema.get("format") in SUPPORTED_FORMATS
@@ -52,7 +52,7 @@ def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bo
 def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.Counter, list[str]]:
     """Compile every schema of one suite file and walk every instance; counts and problems."""
     from sprig.grammar import GrammarError, GrammarSpec
-    from sprig.grammar.ordering import SchemaOrderer
+    from sprig.grammar.schema.ordering import SchemaOrderer
 
     name = str(path.relative_to(SUITE_ROOT / draft))
     counts: collections.Counter = collections.Counter()

@@ -31,7 +31,7 @@ import pytest
 
 from sprig import Engine
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
 SUITE = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
 SUITE_FILES = ["type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",

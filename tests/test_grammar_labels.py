@@ -8,8 +8,8 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarCompiler, GrammarSpec
-from sprig.grammar.labels import StringScan, host_labels_valid, valid_a_label
 from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar.schema.labels import StringScan, host_labels_valid, valid_a_label
 
 VALID = ["xn--9n2bp8q.xn--9t4b11yi5a", "xn--ll-0ea", "XN--9N2BP8Q", "www.xn--bck0j.example", "a--b.com"]
 INVALID = ["xn--X", "xn--hello-txk", "xn--al-0ea", "www.xn--ngb6iyr", "XN--aa---o47jg78q", "xn--a.com"]
@@ -88,5 +88,5 @@ def test_compile_workers_stay_free_of_torch():
     import subprocess
     import sys
 
-    code = "import sys, sprig.grammar.builder; sys.exit('torch' in sys.modules)"
+    code = "import sys, sprig.grammar.compile.worker; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -14,8 +14,8 @@ import pytest
 from outlines_core import Index
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.automaton import outlines_vocabulary, probe_outlines_core
 from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.outlines.automaton import outlines_vocabulary, probe_outlines_core
 
 
 def accepts(compiled, info: TokenizerInfo, text: str) -> bool:

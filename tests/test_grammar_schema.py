@@ -15,7 +15,7 @@ import pytest
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, Whitespace
 from sprig.grammar.matcher import GrammarMatcher
-from sprig.grammar.ordering import schema_ordered_dumps
+from sprig.grammar.schema.ordering import schema_ordered_dumps
 
 
 @pytest.fixture(scope="module")

@@ -35,8 +35,8 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions
-from sprig.grammar.formats import SUPPORTED_FORMATS
-from sprig.grammar.ordering import SchemaOrderer
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.ordering import SchemaOrderer
 
 SUITE = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
 LISTED_KEYWORDS = {  # item 1 of the issue: refusing one of these is a failure (with the exceptions below)

@@ -13,7 +13,7 @@ import pytest
 
 from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
 from sprig.grammar.matcher import GrammarMatcher
-from sprig.grammar.ordering import schema_ordered_dumps
+from sprig.grammar.schema.ordering import schema_ordered_dumps
 
 
 def accepts(compiled, text: str) -> bool:

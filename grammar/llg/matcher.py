@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import torch
 
-from sprig.grammar import labels
 from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, _bit
+from sprig.grammar.schema import labels
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 

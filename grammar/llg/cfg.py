@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from sprig.grammar import regex_ir as ir
 from sprig.grammar.errors import too_complex
+from sprig.grammar.regex import ir
 
 MAX_RULES = 50_000  # why: keeps a pathological schema from producing an unbounded grammar
 MAX_SYMBOLS = 50_000  # why: llguidance numbers its symbols with u16 and panics past 65,535 (after seconds)

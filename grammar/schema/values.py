@@ -13,15 +13,15 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sprig.grammar import intsteps
 from sprig.grammar.errors import too_complex
-from sprig.grammar.numbers import NumSet
+from sprig.grammar.schema import intsteps
+from sprig.grammar.schema.numbers import NumSet
 
 MAX_SHAPES = 256  # why: unions of shapes multiply under intersection and complement
 
 
 def _no_membership(expr: SExpr, key: str) -> bool:
-    raise RuntimeError("sprig.grammar.strings decides key languages and is not loaded")
+    raise RuntimeError("sprig.grammar.schema.strings decides key languages and is not loaded")
 
 
 # Whether a key is in a key language is decided by `strings.member`, which needs this module's types:

@@ -12,13 +12,13 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar import intsteps, strings
-from sprig.grammar.json_schema import load_schema
-from sprig.grammar.json_text import Punctuation
-from sprig.grammar.schema_cfg import FlatEvaluator
-from sprig.grammar.schema_eval import canonical, parse_json
-from sprig.grammar.schema_refs import SchemaDocument
-from sprig.grammar.schema_values import Node, ValueSet, and_, not_
+from sprig.grammar.outlines.schema_regex import load_schema
+from sprig.grammar.schema import intsteps, strings
+from sprig.grammar.schema.evaluator import canonical, parse_json
+from sprig.grammar.schema.json_text import Punctuation
+from sprig.grammar.schema.refs import SchemaDocument
+from sprig.grammar.schema.to_cfg import FlatEvaluator
+from sprig.grammar.schema.values import Node, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sprig.grammar import charset, fsm
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.cfg import EMPTY, NEVER, Grammar, Sym, Term, cat, choice, lex
 from sprig.grammar.errors import too_complex
-from sprig.grammar.numbers import NumSet, numbers_regex
+from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, Sym, Term, cat, choice, lex
+from sprig.grammar.regex import charset, fsm, ir
+from sprig.grammar.schema.numbers import NumSet, numbers_regex
 
 MAX_MODULUS = 10_000
 MAX_PIECES = 64  # why: complements multiply pieces

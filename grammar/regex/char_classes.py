@@ -7,8 +7,8 @@ import sys
 import unicodedata
 from enum import Enum
 
-from sprig.grammar import charset
-from sprig.grammar.charset import Ranges
+from sprig.grammar.regex import charset
+from sprig.grammar.regex.charset import Ranges
 
 
 class Dialect(Enum):

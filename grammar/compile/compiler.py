@@ -18,12 +18,13 @@ import threading
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sprig.grammar import builder, llg
-from sprig.grammar.automaton import CompiledGrammar
-from sprig.grammar.cache import ERROR_BYTES, LruCache
+from sprig.grammar.compile import worker
+from sprig.grammar.compile.cache import ERROR_BYTES, LruCache
+from sprig.grammar.compile.pool import CompilePool
 from sprig.grammar.errors import GrammarError
-from sprig.grammar.llg import CompiledLark, LarkBuild
-from sprig.grammar.pool import CompilePool
+from sprig.grammar.llg import lark
+from sprig.grammar.llg.lark import CompiledLark, LarkBuild
+from sprig.grammar.outlines.automaton import CompiledGrammar
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -65,7 +66,7 @@ class GrammarCompiler:
         self._pool: CompilePool | None = None
         self._threads: ThreadPoolExecutor | None = None
         if isolate:
-            self._pool = CompilePool(max_workers, timeout_s, max_memory_bytes, builder.init_worker,
+            self._pool = CompilePool(max_workers, timeout_s, max_memory_bytes, worker.init_worker,
                                      (tokenizer_info, backend))
         else:
             self._threads = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="sprig-grammar")
@@ -83,10 +84,10 @@ class GrammarCompiler:
             outer: Future = Future()
             self._inflight[key] = outer
         if self._pool is not None:
-            inner = self._pool.submit(builder.build_in_worker, spec, self.backend)
+            inner = self._pool.submit(worker.build_in_worker, spec, self.backend)
         else:
             assert self._threads is not None
-            inner = self._threads.submit(builder.build, spec, self.tokenizer_info, self.backend)
+            inner = self._threads.submit(worker.build, spec, self.tokenizer_info, self.backend)
         inner.add_done_callback(lambda done: self._finish(key, spec, done, outer))
         return _view(outer)
 
@@ -99,7 +100,7 @@ class GrammarCompiler:
             result = done.result()
             value: CompiledGrammar | CompiledLark | GrammarError
             if isinstance(result, LarkBuild):
-                value = llg.finish(spec, result, self.tokenizer_info)
+                value = lark.finish(spec, result, self.tokenizer_info)
                 nbytes = value.nbytes
             else:
                 index = pickle.loads(result.index_binary)

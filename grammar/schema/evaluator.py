@@ -14,12 +14,13 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar import strings
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, too_complex, unsupported
-from sprig.grammar.formats import SUPPORTED_FORMATS
-from sprig.grammar.numbers import NumSet
-from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
-from sprig.grammar.schema_deps import (
+from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported
+from sprig.grammar.schema import strings
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.numbers import NumSet
+from sprig.grammar.schema.refs import SchemaDocument, child_pointer
+from sprig.grammar.schema.rewrites import (
     DEPENDENCY_KEYWORDS,
     NUMERIC_FORMATS,
     conditional,
@@ -30,9 +31,8 @@ from sprig.grammar.schema_deps import (
     pattern_regions,
     schema_types,
 )
-from sprig.grammar.schema_refs import SchemaDocument, child_pointer
-from sprig.grammar.schema_unevaluated import Unevaluated, unevaluated_keys
-from sprig.grammar.schema_values import (
+from sprig.grammar.schema.unevaluated import Unevaluated, unevaluated_keys
+from sprig.grammar.schema.values import (
     BOTTOM,
     S_ALL,
     TOP,
@@ -57,7 +57,7 @@ from sprig.grammar.schema_values import (
     s_and,
     s_len,
 )
-from sprig.grammar.schema_values import Not as NotExpr
+from sprig.grammar.schema.values import Not as NotExpr
 from sprig.grammar.spec import JsonOptions
 
 ANNOTATIONS = frozenset({
@@ -194,7 +194,7 @@ class Evaluator:
             keyword = expr.origin.rsplit("/", 1)[-1] or "not"
             return self._complement(self.eval(expr.item, path), keyword, expr.origin)
         if isinstance(expr, OneOf):
-            from sprig.grammar.schema_oneof import exactly_one
+            from sprig.grammar.schema.oneof import exactly_one
             return exactly_one(self, [self.eval(i, path) for i in expr.items], path, expr.origin)
         if isinstance(expr, Fixed):
             return expr.value

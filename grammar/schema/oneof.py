@@ -9,10 +9,10 @@ prefix items and lengths; other overlaps are refused rather than approximated.
 
 from __future__ import annotations
 
-from sprig.grammar import intsteps, strings
 from sprig.grammar.errors import GrammarTooComplex, unsupported
-from sprig.grammar.numbers import NumSet
-from sprig.grammar.schema_values import (
+from sprig.grammar.schema import intsteps, strings
+from sprig.grammar.schema.numbers import NumSet
+from sprig.grammar.schema.values import (
     S_NONE,
     ArrShape,
     NotRepresentable,

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sprig.grammar.errors import unsupported
-from sprig.grammar.schema_refs import SchemaDocument, child_pointer
-from sprig.grammar.schema_values import (
+from sprig.grammar.schema.refs import SchemaDocument, child_pointer
+from sprig.grammar.schema.values import (
     TOP,
     ArrShape,
     Bound,
@@ -37,7 +37,7 @@ from sprig.grammar.schema_values import (
     and_,
     or_,
 )
-from sprig.grammar.schema_values import Not as NotExpr
+from sprig.grammar.schema.values import Not as NotExpr
 
 MAX_OUTCOMES = 64  # why: anyOf subsets x if/else x dependent keys multiply
 Found = tuple[frozenset[str], frozenset[str], int] | None  # (names, patterns, prefix); None = everything
@@ -169,7 +169,7 @@ def _union(*parts: Found) -> Found:
 
 def _outside(found: Found, items: bool, schema: Expr) -> Expr:
     """`schema` on every property (item) outside what `found` evaluates."""
-    from sprig.grammar.schema_deps import pattern_regions
+    from sprig.grammar.schema.rewrites import pattern_regions
 
     if found is None:
         return TOP
@@ -182,7 +182,7 @@ def _outside(found: Found, items: bool, schema: Expr) -> Expr:
 
 
 def _present(doc: SchemaDocument, pointer: str, name: str) -> Expr:
-    from sprig.grammar.schema_deps import synthetic
+    from sprig.grammar.schema.rewrites import synthetic
 
     return synthetic(doc, child_pointer(pointer, "dependentSchemas", name) + "/~present", {"required": [name]},
                      pointer)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from sprig.grammar import charset
-from sprig.grammar.charset import Ranges
 from sprig.grammar.errors import too_complex
+from sprig.grammar.regex import charset
+from sprig.grammar.regex.charset import Ranges
 
 MAX_DEPTH = 180  # why: Rust's regex parser refuses nesting deeper than 250 groups
 WEIGHT_CAP = 10**12  # why: keeps nested counted repetitions from building astronomically large ints

@@ -8,13 +8,13 @@ than `any_value_depth` levels below the top of the document (a regex cannot matc
 
 from __future__ import annotations
 
-from sprig.grammar import regex_ir as ir
-from sprig.grammar import strings
 from sprig.grammar.errors import unsupported
-from sprig.grammar.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
-from sprig.grammar.numbers import JSON_NUMBER, numbers_regex
-from sprig.grammar.schema_eval import Evaluator
-from sprig.grammar.schema_values import ArrShape, Bound, Expr, Node, ObjShape, ValueSet
+from sprig.grammar.regex import ir
+from sprig.grammar.schema import strings
+from sprig.grammar.schema.evaluator import Evaluator
+from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
+from sprig.grammar.schema.numbers import JSON_NUMBER, numbers_regex
+from sprig.grammar.schema.values import ArrShape, Bound, Expr, Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow nesting)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import re
 
-from sprig.grammar import charset
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.cfg import EMPTY, Cat, Choice, Grammar, Repeat, Sym, Term, cat, choice, lex, repeat
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
+from sprig.grammar.llg.cfg import EMPTY, Cat, Choice, Grammar, Repeat, Sym, Term, cat, choice, lex, repeat
+from sprig.grammar.regex import charset, ir
 
 MAX_GRAMMAR_CHARS = 1_000_000
 MAX_REPEAT = 100_000  # why: counted repetitions beyond this are a size attack, not a grammar

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from sprig.grammar import regex_ir as ir
+from sprig.grammar.regex import ir
 
 # Digits the grammar chooses freely (where no bound dictates them) are counted, so that every generated
 # number means the same as an IEEE double (what JSON parsers and `jsonschema` read) and a sampling model

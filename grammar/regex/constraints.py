@@ -7,12 +7,11 @@ for the user's own regexes, a bounded subset construction (where `(a|b)*a(a|b){4
 
 from __future__ import annotations
 
-from sprig.grammar import charset, fsm
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.char_classes import Dialect
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
-from sprig.grammar.json_schema import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
-from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported, regex_language
+from sprig.grammar.outlines.schema_regex import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
+from sprig.grammar.regex import charset, fsm, ir
+from sprig.grammar.regex.char_classes import Dialect
+from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 
 MAX_REGEX_DFA_STATES = 10_000

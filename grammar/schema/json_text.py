@@ -13,8 +13,7 @@ import functools
 import json
 from typing import Any
 
-from sprig.grammar import charset
-from sprig.grammar import regex_ir as ir
+from sprig.grammar.regex import charset, ir
 from sprig.grammar.spec import JsonOptions, Whitespace
 
 _SHORT_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}

@@ -18,12 +18,12 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from sprig.grammar import regex_ir as ir
 from sprig.grammar.errors import GrammarError, invalid_schema, too_complex
-from sprig.grammar.schema_emit import Emitter
-from sprig.grammar.schema_eval import Evaluator, parse_json
-from sprig.grammar.schema_refs import SchemaDocument, check_schema_shape
-from sprig.grammar.schema_values import Node, ObjShape, ValueSet
+from sprig.grammar.outlines.schema_emit import Emitter
+from sprig.grammar.regex import ir
+from sprig.grammar.schema.evaluator import Evaluator, parse_json
+from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema.values import Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
 
 MAX_SCHEMA_CHARS = 4_000_000

@@ -10,14 +10,14 @@ import pickle
 import time
 from dataclasses import dataclass
 
-from sprig.grammar.automaton import build_index, outlines_vocabulary
 from sprig.grammar.errors import GrammarError, too_complex
-from sprig.grammar.formats import SUPPORTED_FORMATS, format_language
-from sprig.grammar.json_text import json_string
-from sprig.grammar.llg import LarkBuild, build_lark
-from sprig.grammar.regex_specs import regex_tree
+from sprig.grammar.llg.lark import LarkBuild, build_lark
+from sprig.grammar.outlines.automaton import build_index, outlines_vocabulary
+from sprig.grammar.regex.constraints import regex_tree
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS, format_language
+from sprig.grammar.schema.json_text import json_string
+from sprig.grammar.schema.strings import determinized
 from sprig.grammar.spec import GrammarSpec
-from sprig.grammar.strings import determinized
 from sprig.grammar.vocabulary import TokenizerInfo
 
 
@@ -70,7 +70,8 @@ def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
         determinized(format_language(name))  # why: a format with a length is checked for emptiness on these
     import numpy  # noqa: F401  # why: multipleOf minimizes with it; its import (~0.3 s) is start-up, not a compile
 
-    from sprig.grammar import ebnf, schema_cfg  # noqa: F401  # why: the first schema or grammar pays no imports
+    from sprig.grammar.llg import ebnf  # noqa: F401  # why: the first schema or grammar pays no imports
+    from sprig.grammar.schema import to_cfg  # noqa: F401
     if backend == "outlines":
         _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
 

@@ -15,11 +15,11 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar import intsteps
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema, unsupported
-from sprig.grammar.numbers import NumSet
-from sprig.grammar.schema_refs import DEFAULT_BASE, SchemaDocument, child_pointer
-from sprig.grammar.schema_values import (
+from sprig.grammar.schema import intsteps
+from sprig.grammar.schema.numbers import NumSet
+from sprig.grammar.schema.refs import DEFAULT_BASE, SchemaDocument, child_pointer
+from sprig.grammar.schema.values import (
     TOP,
     Bound,
     Expr,
@@ -32,7 +32,7 @@ from sprig.grammar.schema_values import (
     s_and,
     s_not,
 )
-from sprig.grammar.schema_values import Not as NotExpr
+from sprig.grammar.schema.values import Not as NotExpr
 
 DEPENDENCY_KEYWORDS = ("dependentRequired", "dependentSchemas", "dependencies")
 INTEGER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
@@ -108,8 +108,8 @@ def pattern_regions(found: list[tuple[str, Expr]]) -> tuple[tuple[SExpr, Expr], 
 
 def check_pattern(pattern: str, pointer: str) -> None:
     """An ECMA-262 pattern sprig can turn into a language, or the error naming where it is."""
-    from sprig.grammar import strings
-    from sprig.grammar.pattern import PatternSyntaxError, PatternUnsupported
+    from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported
+    from sprig.grammar.schema import strings
 
     try:
         strings.pattern_language(pattern)

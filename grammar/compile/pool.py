@@ -67,7 +67,7 @@ class _Slot:
         # why: a fresh interpreter (not fork, not multiprocessing's spawn, which re-imports __main__)
         parent, child = socket.socketpair()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", f"from sprig.grammar.pool import _serve; _serve({child.fileno()})"],
+            [sys.executable, "-c", f"from sprig.grammar.compile.pool import _serve; _serve({child.fileno()})"],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(parent.detach())

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.cfg import Grammar, lex
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
-from sprig.grammar.regex_specs import regex_tree
+from sprig.grammar.llg.cfg import Grammar, lex
+from sprig.grammar.regex import ir
+from sprig.grammar.regex.constraints import regex_tree
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -58,7 +58,7 @@ class CompiledLark:
     @property
     def matcher_class(self) -> type:
         """The `GrammarMatcher` implementation for this backend (`GrammarMatcher(compiled)` builds one)."""
-        from sprig.grammar.matcher_llg import (
+        from sprig.grammar.llg.matcher import (
             LlgMatcher,  # why: not at import: compile workers never load torch
         )
 
@@ -69,15 +69,15 @@ def spec_to_lark(spec: GrammarSpec) -> str:
     """The Lark grammar text for any kind of spec; raises GrammarError with the spec's param."""
     try:
         if spec.kind is GrammarKind.JSON_SCHEMA:
-            from sprig.grammar.schema_cfg import schema_to_grammar
+            from sprig.grammar.schema.to_cfg import schema_to_grammar
 
             text = schema_to_grammar(str(spec.spec), spec.options).to_lark()
         elif spec.kind is GrammarKind.JSON_OBJECT:
-            from sprig.grammar.schema_cfg import json_object_grammar
+            from sprig.grammar.schema.to_cfg import json_object_grammar
 
             text = json_object_grammar(spec.options).to_lark()
         elif spec.kind is GrammarKind.EBNF:
-            from sprig.grammar.ebnf import ebnf_to_lark
+            from sprig.grammar.llg.ebnf import ebnf_to_lark
 
             text = ebnf_to_lark(str(spec.spec))
         else:
@@ -132,7 +132,7 @@ def _grammar_error(spec: GrammarSpec, message: str) -> GrammarError:
     if any(word in message for word in ("limit", "fuel", "too large", "too many", "size")):
         return too_complex(first[:200]).with_param(spec.param)
     if spec.kind is GrammarKind.EBNF:
-        from sprig.grammar.ebnf import llguidance_error
+        from sprig.grammar.llg.ebnf import llguidance_error
 
         return llguidance_error(message)
     code = GrammarErrorCode.INVALID_GRAMMAR if spec.kind is GrammarKind.EBNF else GrammarErrorCode.INVALID_REGEX

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import functools
 
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.char_classes import Dialect
-from sprig.grammar.pattern import regex_language
+from sprig.grammar.regex import ir
+from sprig.grammar.regex.char_classes import Dialect
+from sprig.grammar.regex.pattern import regex_language
 
 
 def _re(pattern: str) -> ir.Node:

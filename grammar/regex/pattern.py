@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sprig.grammar import charset
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.char_classes import Dialect, any_char, shorthand, unicode_property
-from sprig.grammar.charset import Ranges
 from sprig.grammar.errors import too_complex
+from sprig.grammar.regex import charset, ir
+from sprig.grammar.regex.char_classes import Dialect, any_char, shorthand, unicode_property
+from sprig.grammar.regex.charset import Ranges
 
 try:  # Python >= 3.11
     from re import _constants as sre_c  # type: ignore[attr-defined]

@@ -12,14 +12,14 @@ import collections
 import functools
 import re
 
-from sprig.grammar import charset, fsm, labels
-from sprig.grammar import regex_ir as ir
-from sprig.grammar.char_classes import Dialect
 from sprig.grammar.errors import too_complex
-from sprig.grammar.formats import format_language
-from sprig.grammar.pattern import regex_language
-from sprig.grammar.regex_ir import Flavor
-from sprig.grammar.schema_values import (
+from sprig.grammar.regex import charset, fsm, ir
+from sprig.grammar.regex.char_classes import Dialect
+from sprig.grammar.regex.ir import Flavor
+from sprig.grammar.regex.pattern import regex_language
+from sprig.grammar.schema import labels
+from sprig.grammar.schema.formats import format_language
+from sprig.grammar.schema.values import (
     S_ALL,
     S_NONE,
     Expr,

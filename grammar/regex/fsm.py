@@ -12,9 +12,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from sprig.grammar import charset
-from sprig.grammar import regex_ir as ir
 from sprig.grammar.errors import too_complex
+from sprig.grammar.regex import charset, ir
 
 DEFAULT_MAX_STATES = 4000
 MAX_ELIMINATION_WEIGHT = 20_000_000  # why: total regex size built while eliminating; bounds time (~1 s)
