@@ -2,7 +2,7 @@
 
     compiler = GrammarCompiler(TokenizerInfo.from_tokenizer(path, eos_token_ids=[2], vocab_size=2100))
     future = compiler.submit(GrammarSpec.json_schema(schema))   # returns at once
-    compiled = future.result()                                  # CompiledGrammar, or raises GrammarError
+    compiled = future.result()                                  # the compiled grammar, or raises GrammarError
     matcher = GrammarMatcher(compiled)
 
 Results (and errors) are cached by (kind, canonical spec, tokenizer fingerprint) in a bounded LRU;
@@ -13,22 +13,17 @@ that cancels its future (a timeout) does not cancel the compilation the others w
 from __future__ import annotations
 
 import copy
-import pickle
 import threading
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from sprig.grammar.backend import Backend, Compiled
 from sprig.grammar.compile import worker
 from sprig.grammar.compile.cache import ERROR_BYTES, LruCache
 from sprig.grammar.compile.pool import CompilePool
 from sprig.grammar.errors import GrammarError
-from sprig.grammar.llg import lark
-from sprig.grammar.llg.lark import CompiledLark, LarkBuild
-from sprig.grammar.outlines.automaton import CompiledGrammar
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
-
-BACKENDS = ("llguidance", "outlines")
 
 
 @dataclass
@@ -53,10 +48,8 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer_info: TokenizerInfo, max_workers: int = 2, cache_entries: int = 1024,
                  cache_bytes: int = 1 << 30, timeout_s: float = 60.0, max_memory_bytes: int | None = 4 << 30,
-                 isolate: bool = True, backend: str = "llguidance") -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
-        self.backend = backend
+                 isolate: bool = True, backend: Backend | str = Backend.LLGUIDANCE) -> None:
+        self.backend = Backend.parse(backend)
         self.tokenizer_info = tokenizer_info
         self.timeout_s = timeout_s
         self._cache = LruCache(cache_entries, cache_bytes)
@@ -67,13 +60,13 @@ class GrammarCompiler:
         self._threads: ThreadPoolExecutor | None = None
         if isolate:
             self._pool = CompilePool(max_workers, timeout_s, max_memory_bytes, worker.init_worker,
-                                     (tokenizer_info, backend))
+                                     (tokenizer_info, self.backend))
         else:
             self._threads = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="sprig-grammar")
 
     def submit(self, spec: GrammarSpec) -> Future:
-        """Start compiling `spec` (or find it cached); the Future yields a CompiledGrammar or a GrammarError."""
-        key = (spec.canonical_key(), f"{self.tokenizer_info.fingerprint}:{self.backend}")
+        """Start compiling `spec` (or find it cached); the Future yields a compiled grammar or a GrammarError."""
+        key = (spec.canonical_key(), f"{self.tokenizer_info.fingerprint}:{self.backend.value}")
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
@@ -91,22 +84,15 @@ class GrammarCompiler:
         inner.add_done_callback(lambda done: self._finish(key, spec, done, outer))
         return _view(outer)
 
-    def compile(self, spec: GrammarSpec) -> CompiledGrammar | CompiledLark:
+    def compile(self, spec: GrammarSpec) -> Compiled:
         """Compile synchronously (through the same cache and workers)."""
         return self.submit(spec).result()
 
     def _finish(self, key: tuple[str, str], spec: GrammarSpec, done: Future, outer: Future) -> None:
         try:
-            result = done.result()
-            value: CompiledGrammar | CompiledLark | GrammarError
-            if isinstance(result, LarkBuild):
-                value = lark.finish(spec, result, self.tokenizer_info)
-                nbytes = value.nbytes
-            else:
-                index = pickle.loads(result.index_binary)
-                value = CompiledGrammar(spec, result.regex, index, self.tokenizer_info, result.seconds,
-                                        len(result.index_binary))
-                nbytes = len(result.index_binary) + len(result.regex)
+            compiled = worker.finish(spec, done.result(), self.tokenizer_info, self.backend)
+            value: Compiled | GrammarError = compiled
+            nbytes = compiled.nbytes
         except GrammarError as exc:
             value, nbytes = exc.with_param(exc.param or spec.param), ERROR_BYTES
         except BaseException as exc:  # noqa: BLE001 - internal failures are not cached, only reported
@@ -120,7 +106,7 @@ class GrammarCompiler:
             self._record(value)
         _complete(outer, value)
 
-    def _record(self, value: CompiledGrammar | CompiledLark | GrammarError) -> None:
+    def _record(self, value: Compiled | GrammarError) -> None:
         c = self._counters
         if isinstance(value, GrammarError):
             c.errors += 1
@@ -179,13 +165,13 @@ def _view(shared: Future) -> Future:
     return mine
 
 
-def _done(value: CompiledGrammar | CompiledLark | GrammarError) -> Future:
+def _done(value: Compiled | GrammarError) -> Future:
     future: Future = Future()
     _complete(future, value)
     return future
 
 
-def _complete(future: Future, value: CompiledGrammar | CompiledLark | GrammarError) -> None:
+def _complete(future: Future, value: Compiled | GrammarError) -> None:
     if isinstance(value, GrammarError):
         future.set_exception(copy.copy(value))  # why: one exception object must not be raised in many threads
     else:

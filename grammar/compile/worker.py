@@ -1,19 +1,16 @@
-"""Spec → regex → token automaton (outlines backend), or spec → Lark text (llguidance backend).
+"""What a compile worker runs, per backend, and what the compiler's process makes of its result.
 
-Runs inside a compile worker (see `pool.py`) and imports no torch. The regex trees and their budgets, checked
-before outlines-core (whose native compile cannot be interrupted) starts, are in `regex_specs.py`.
+Runs inside a compile worker (see `pool.py`) and imports no torch. The llguidance backend's half
+(`llg/lark.py`) is the default; the outlines backend's (`outlines/build.py`) is imported only when chosen,
+so the default path never loads outlines-core.
 """
 
 from __future__ import annotations
 
-import pickle
-import time
-from dataclasses import dataclass
+from typing import Any
 
-from sprig.grammar.errors import GrammarError, too_complex
-from sprig.grammar.llg.lark import LarkBuild, build_lark
-from sprig.grammar.outlines.automaton import build_index, outlines_vocabulary
-from sprig.grammar.regex.constraints import regex_tree
+from sprig.grammar.backend import Backend, Compiled
+from sprig.grammar.llg import lark
 from sprig.grammar.schema.formats import SUPPORTED_FORMATS, format_language
 from sprig.grammar.schema.json_text import json_string
 from sprig.grammar.schema.strings import determinized
@@ -21,49 +18,29 @@ from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
 
-@dataclass
-class BuildResult:
-    """What a worker sends back: the regex and the serialized automaton."""
+def build(spec: GrammarSpec, info: TokenizerInfo, backend: Backend = Backend.LLGUIDANCE) -> Any:
+    """Spec → Lark text (llguidance) or → regex → serialized outlines-core Index (what a worker runs)."""
+    if backend is Backend.OUTLINES:
+        from sprig.grammar.outlines.build import build_automaton
 
-    regex: str
-    index_binary: bytes
-    seconds: float
-
-
-def spec_to_regex(spec: GrammarSpec) -> str:
-    """The Rust-syntax regex (full-match semantics) for any kind of spec."""
-    try:
-        return regex_tree(spec).render()
-    except GrammarError as exc:
-        raise exc.with_param(spec.param) from None
-    except RecursionError:
-        raise too_complex("constraint nested too deeply").with_param(spec.param) from None
+        return build_automaton(spec, info)
+    return lark.build_lark(spec)
 
 
-_VOCABULARIES: dict[str, object] = {}  # per worker process: tokenizer fingerprint -> outlines Vocabulary
+def finish(spec: GrammarSpec, built: Any, info: TokenizerInfo, backend: Backend) -> Compiled:
+    """A worker's result → the compiled grammar matchers share (in the compiler's process)."""
+    if backend is Backend.OUTLINES:
+        from sprig.grammar.outlines import build as outlines_build
 
-
-def build(spec: GrammarSpec, info: TokenizerInfo, backend: str = "outlines") -> BuildResult | LarkBuild:
-    """Spec → regex → outlines-core Index, serialized, or spec → Lark text (what a compile worker runs)."""
-    if backend == "llguidance":
-        return build_lark(spec)
-    start = time.perf_counter()
-    regex = spec_to_regex(spec)
-    vocabulary = _VOCABULARIES.get(info.fingerprint)
-    if vocabulary is None:
-        vocabulary = _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
-    try:
-        index = build_index(regex, vocabulary)  # type: ignore[arg-type]
-    except GrammarError as exc:
-        raise exc.with_param(spec.param) from None
-    return BuildResult(regex, pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL), time.perf_counter() - start)
+        return outlines_build.finish(spec, built, info)
+    return lark.finish(spec, built, info)
 
 
 _WORKER_INFO: list[TokenizerInfo] = []
 
 
-def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
-    """Runs once in each compile worker process: remember the tokenizer, build its vocabulary."""
+def init_worker(info: TokenizerInfo, backend: Backend = Backend.LLGUIDANCE) -> None:
+    """Runs once in each compile worker process: remember the tokenizer, warm what every compile needs."""
     _WORKER_INFO[:] = [info]
     for name in SUPPORTED_FORMATS:  # why: parsing the format regexes once here keeps them out of compile times
         json_string(format_language(name))
@@ -72,9 +49,11 @@ def init_worker(info: TokenizerInfo, backend: str = "outlines") -> None:
 
     from sprig.grammar.llg import ebnf  # noqa: F401  # why: the first schema or grammar pays no imports
     from sprig.grammar.schema import to_cfg  # noqa: F401
-    if backend == "outlines":
-        _VOCABULARIES[info.fingerprint] = outlines_vocabulary(info)
+    if backend is Backend.OUTLINES:
+        from sprig.grammar.outlines.build import prepare_worker
+
+        prepare_worker(info)
 
 
-def build_in_worker(spec: GrammarSpec, backend: str = "outlines") -> BuildResult | LarkBuild:
+def build_in_worker(spec: GrammarSpec, backend: Backend = Backend.LLGUIDANCE) -> Any:
     return build(spec, _WORKER_INFO[0], backend)

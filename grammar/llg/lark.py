@@ -15,10 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sprig.grammar.backend import Backend
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
 from sprig.grammar.llg.cfg import Grammar, lex
 from sprig.grammar.regex import ir
-from sprig.grammar.regex.constraints import regex_tree
+from sprig.grammar.regex.constraints import constraint_tree
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
@@ -45,7 +46,7 @@ class CompiledLark:
     compile_time_s: float
     nbytes: int
     template: Any = field(repr=False)  # llguidance.LLMatcher in its initial state; copied per request
-    backend: str = "llguidance"
+    backend: Backend = Backend.LLGUIDANCE
 
     @property
     def regex(self) -> str:
@@ -81,7 +82,7 @@ def spec_to_lark(spec: GrammarSpec) -> str:
 
             text = ebnf_to_lark(str(spec.spec))
         else:
-            text = _single_lexeme(regex_tree(spec))
+            text = _single_lexeme(constraint_tree(spec))
     except GrammarError as exc:
         raise exc.with_param(exc.param or spec.param) from None
     except RecursionError:

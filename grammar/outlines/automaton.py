@@ -26,6 +26,7 @@ from typing import Any
 
 from outlines_core import Index, Vocabulary
 
+from sprig.grammar.backend import Backend
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
@@ -91,6 +92,7 @@ class CompiledGrammar:
     nbytes: int
     forced_bytes: dict[int, int] = field(default_factory=dict, repr=False)  # state -> forced byte or -1
     mask_rows: dict[int, Any] = field(default_factory=dict, repr=False)  # state -> cached bitmask row
+    backend: Backend = Backend.OUTLINES
 
     @property
     def start_state(self) -> int:

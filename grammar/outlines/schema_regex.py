@@ -1,7 +1,7 @@
 """JSON Schema → regex: parse, index, evaluate, emit, check the size.
 
     node = schema_to_regex_tree('{"type": "object", "properties": {"a": {"type": "integer"}}}', JsonOptions())
-    node.render()  # the Rust-syntax regex outlines-core compiles
+    node.render()  # the Rust-syntax regex outlines-core compiles (the outlines backend's JSON Schema path)
 
 Supported (exactly): type (incl. lists and null), enum, const, properties, required, additionalProperties
 (false, true or a schema), prefixItems, items (also the draft-07 array form with additionalItems), minItems,
@@ -14,39 +14,18 @@ with an error naming the keyword and its JSON pointer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
-from sprig.grammar.errors import GrammarError, invalid_schema, too_complex
+from sprig.grammar.errors import invalid_schema, too_complex
 from sprig.grammar.outlines.schema_emit import Emitter
 from sprig.grammar.regex import ir
-from sprig.grammar.schema.evaluator import Evaluator, parse_json
+from sprig.grammar.regex.constraints import MAX_WEIGHT
+from sprig.grammar.schema.evaluator import Evaluator
+from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
 from sprig.grammar.schema.values import Node, ObjShape, ValueSet
 from sprig.grammar.spec import JsonOptions
-
-MAX_SCHEMA_CHARS = 4_000_000
-MAX_WEIGHT = 200_000  # why: character positions; beyond this the token automaton takes too long to build
-
-
-def load_schema(schema: str | dict[str, Any] | bool) -> Any:
-    """Parse schema text (exact decimals, no NaN) or pass a parsed schema through."""
-    if not isinstance(schema, str):
-        try:  # why: one path for all inputs: exact decimals, no NaN, a depth check
-            schema = json.dumps(schema, ensure_ascii=False, allow_nan=True)
-        except (TypeError, ValueError) as exc:
-            raise GrammarError(f"schema is not JSON: {str(exc)[:120]}") from None
-        except RecursionError:
-            raise too_complex("schema nested too deeply") from None
-    if len(schema) > MAX_SCHEMA_CHARS:
-        raise too_complex(f"schema longer than {MAX_SCHEMA_CHARS} characters")
-    try:
-        return parse_json(schema)
-    except RecursionError:
-        raise too_complex("schema nested too deeply") from None
-    except ValueError as exc:
-        raise GrammarError(f"invalid JSON in schema: {str(exc)[:120]}") from None
 
 
 def schema_to_regex_tree(schema: str | dict[str, Any] | bool, options: JsonOptions) -> ir.Node:

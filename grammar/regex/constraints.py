@@ -1,35 +1,31 @@
-"""Regex, choices and (for the outlines backend) JSON Schema specs as checked regex trees.
+"""`regex` and `choices` constraints as checked regex trees, for both backends.
 
-Both backends start here for `regex` and `choices`: the outlines backend renders the tree as one regex, the
-llguidance backend makes it one lexeme. Budgets are checked before any native compile starts: the tree's size and,
-for the user's own regexes, a bounded subset construction (where `(a|b)*a(a|b){40}` explodes).
+The outlines backend renders the tree as one regex, the llguidance backend makes it one lexeme. Budgets are
+checked before any native compile starts: the tree's size and, for the user's own regexes, a bounded subset
+construction (where `(a|b)*a(a|b){40}` explodes).
 """
 
 from __future__ import annotations
 
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
-from sprig.grammar.outlines.schema_regex import MAX_WEIGHT, json_object_regex_tree, schema_to_regex_tree
 from sprig.grammar.regex import charset, fsm, ir
 from sprig.grammar.regex.char_classes import Dialect
 from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 
+MAX_WEIGHT = 200_000  # why: character positions; beyond this the token automaton takes too long to build
 MAX_REGEX_DFA_STATES = 10_000
 MAX_CHOICES = 10_000
 NO_NUL = charset.complement(((0, 0),))  # why: NUL is the end-of-match sentinel (see automaton.py)
 
 
-def regex_tree(spec: GrammarSpec) -> ir.Node:
-    """The checked regex tree of a spec (JSON Schema and EBNF on the llguidance backend take `schema_cfg` / `ebnf`)."""
-    if spec.kind is GrammarKind.JSON_SCHEMA:
-        return schema_to_regex_tree(str(spec.spec), spec.options)
-    if spec.kind is GrammarKind.JSON_OBJECT:
-        return json_object_regex_tree(spec.options)
+def constraint_tree(spec: GrammarSpec) -> ir.Node:
+    """The checked regex tree of a `regex` or `choices` spec."""
     if spec.kind is GrammarKind.CHOICES:
         return _choices(spec.spec)
-    if spec.kind is GrammarKind.EBNF:
-        raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
-    return _regex(str(spec.spec))
+    if spec.kind is GrammarKind.REGEX:
+        return _regex(str(spec.spec))
+    raise ValueError(f"constraint_tree takes regex and choices specs, not {spec.kind.value}")
 
 
 def _choices(choices: object) -> ir.Node:

@@ -12,10 +12,10 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sprig.grammar.outlines.schema_regex import load_schema
 from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.evaluator import canonical, parse_json
 from sprig.grammar.schema.json_text import Punctuation
+from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.refs import SchemaDocument
 from sprig.grammar.schema.to_cfg import FlatEvaluator
 from sprig.grammar.schema.values import Node, ValueSet, and_, not_

@@ -14,11 +14,11 @@ import json
 
 from sprig.grammar.errors import invalid_schema, too_complex, unsupported
 from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
-from sprig.grammar.outlines.schema_regex import load_schema
 from sprig.grammar.regex import ir
 from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.evaluator import Evaluator, canonical
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
+from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
 from sprig.grammar.schema.values import (
