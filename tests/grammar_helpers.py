@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 
 
 def walk(compiled, text: str) -> bool:
     """Tokenize `text` as the model would, feed the tokens to a fresh matcher, then require that it may end."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 

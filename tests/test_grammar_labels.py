@@ -8,7 +8,8 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarCompiler, GrammarSpec
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.matcher import allocate_token_bitmask
 from sprig.grammar.schema.labels import StringScan, host_labels_valid, valid_a_label
 
 VALID = ["xn--9n2bp8q.xn--9t4b11yi5a", "xn--ll-0ea", "XN--9N2BP8Q", "www.xn--bck0j.example", "a--b.com"]
@@ -50,7 +51,7 @@ def test_generation_never_starts_an_a_label_and_always_has_a_token(hostname, inf
     rng = random.Random(0)
     bitmask = allocate_token_bitmask(1, info.vocab_size)
     for _ in range(60):
-        matcher = GrammarMatcher(hostname)
+        matcher = matcher_for(hostname)
         out = b""
         while not matcher.is_terminated():
             matcher.fill_bitmask(bitmask, 0)
@@ -67,7 +68,7 @@ def test_generation_never_starts_an_a_label_and_always_has_a_token(hostname, inf
 
 
 def test_rollback_restores_the_scan(hostname, info):
-    matcher = GrammarMatcher(hostname)
+    matcher = matcher_for(hostname)
     ids = info.tokenizer.encode('"xn--X', add_special_tokens=False).ids
     assert matcher.accept_tokens(ids)
     quote = info.tokenizer.encode('"', add_special_tokens=False).ids

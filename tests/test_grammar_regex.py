@@ -14,20 +14,20 @@ import pytest
 from outlines_core import Index
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 from sprig.grammar.outlines.automaton import outlines_vocabulary, probe_outlines_core
 
 
 def accepts(compiled, info: TokenizerInfo, text: str) -> bool:
     """Tokenize like the model would, walk the tokens, then require EOS to be allowed."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
 
 def accepts_bytewise(compiled, text: str) -> bool:
     """The same text spelled one byte-token at a time (a different tokenization of the same bytes)."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     byte_tokens = compiled.tokenizer_info.single_byte_tokens()
     return all(matcher.accept_token(byte_tokens[b]) for b in text.encode()) and matcher.can_finish()
 

@@ -56,15 +56,6 @@ class CompiledLark:
     def new_matcher(self) -> Any:
         return self.template.deep_copy()
 
-    @property
-    def matcher_class(self) -> type:
-        """The `GrammarMatcher` implementation for this backend (`GrammarMatcher(compiled)` builds one)."""
-        from sprig.grammar.llg.matcher import (
-            LlgMatcher,  # why: not at import: compile workers never load torch
-        )
-
-        return LlgMatcher
-
 
 def spec_to_lark(spec: GrammarSpec) -> str:
     """The Lark grammar text for any kind of spec; raises GrammarError with the spec's param."""

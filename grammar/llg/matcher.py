@@ -1,38 +1,27 @@
-"""The per-request matcher of the llguidance backend, with `GrammarMatcher`'s interface.
+"""The per-request matcher of the llguidance backend (the default), on `GrammarMatcher`'s interface.
 
 llguidance computes each mask for the parser state the request is in (lexer states and token-trie walks
 are cached inside the compiled grammar and shared by every copy), so there is no row cache here. The
-host-name A-label rule (grammar/labels.py) is applied on top, as for the outlines backend.
+host-name A-label rule (schema/labels.py) is applied on top, as for the outlines backend.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, _bit
+from sprig.grammar.llg.lark import CompiledLark
+from sprig.grammar.matcher import MAX_JUMP_BYTES, GrammarMatcher, check_bitmask, fill_eos_only
 from sprig.grammar.schema import labels
-from sprig.grammar.spec import GrammarSpec
-from sprig.grammar.vocabulary import TokenizerInfo
-
-
-class LarkGrammar(Protocol):
-    """What this matcher reads of a compiled llguidance grammar (`llg.CompiledLark`)."""
-
-    spec: GrammarSpec
-    lark: str
-    tokenizer_info: TokenizerInfo
-
-    def new_matcher(self) -> Any: ...
 
 
 class LlgMatcher(GrammarMatcher):
-    """One request's state in an llguidance grammar (created through `GrammarMatcher(compiled)`)."""
+    """One request's state in an llguidance grammar (created through `factory.matcher_for`)."""
 
-    def __init__(self, compiled: LarkGrammar, max_rollback: int = 64) -> None:  # type: ignore[override]
-        self.compiled = compiled  # type: ignore[assignment]
+    def __init__(self, compiled: CompiledLark, max_rollback: int = 64) -> None:
+        self.compiled = compiled
         self._info = compiled.tokenizer_info
         self._max_rollback = max_rollback
         self._m = compiled.new_matcher()
@@ -61,14 +50,10 @@ class LlgMatcher(GrammarMatcher):
         self._scan = labels.StringScan()
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
-        """Write the allowed tokens of the current state into `bitmask[row]` (CPU, int32, contiguous)."""
-        if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
-            raise ValueError("bitmask must be a contiguous CPU int32 tensor")
+        check_bitmask(bitmask)
         target = bitmask[row]
         if self._terminated or self._m.is_error():  # why: only EOS makes sense after the end
-            target.zero_()
-            for tok in self._eos:
-                target[tok // 32] |= _bit(tok % 32)
+            fill_eos_only(target, self._eos)
             return
         self._m.unsafe_compute_mask_ptr(target.data_ptr(), target.numel() * 4)
         if self._labels is not None:
@@ -81,7 +66,6 @@ class LlgMatcher(GrammarMatcher):
         return [t for t in range(self._info.vocab_size) if (words[t // 32] >> (t % 32)) & 1]
 
     def accept_token(self, token_id: int) -> bool:
-        """Advance by one token; False (and no change) if the grammar does not allow it here."""
         if not 0 <= token_id < self._info.vocab_size or self._terminated:
             return False
         scan = self._scan
@@ -101,7 +85,6 @@ class LlgMatcher(GrammarMatcher):
         return True
 
     def rollback(self, k: int) -> None:
-        """Undo the last `k` accepted tokens (at most `max_rollback`)."""
         if k <= 0:
             return
         if k > len(self._trail):
@@ -113,7 +96,6 @@ class LlgMatcher(GrammarMatcher):
         self._terminated = False
 
     def find_jump_forward_bytes(self) -> bytes:
-        """The bytes every continuation of the current state starts with (empty if there is a choice)."""
         if self._terminated or self._m.is_accepting():  # a complete match is never forced on
             return b""
         return bytes(self._m.compute_ff_bytes()[:MAX_JUMP_BYTES])
