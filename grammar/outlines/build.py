@@ -14,11 +14,12 @@ from typing import Any
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
 from sprig.grammar.outlines.automaton import CompiledGrammar, build_index, outlines_vocabulary
 from sprig.grammar.outlines.schema_regex import json_object_regex_tree, schema_to_regex_tree
-from sprig.grammar.regex import ir
+from sprig.grammar.regex import charset, ir
 from sprig.grammar.regex.constraints import constraint_tree
 from sprig.grammar.spec import GrammarKind, GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
 
+NO_NUL = charset.complement(((0, 0),))
 _VOCABULARIES: dict[str, Any] = {}  # per process: tokenizer fingerprint -> outlines Vocabulary
 
 
@@ -39,7 +40,26 @@ def regex_tree(spec: GrammarSpec) -> ir.Node:
         return json_object_regex_tree(spec.options)
     if spec.kind is GrammarKind.EBNF:
         raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
-    return constraint_tree(spec)
+    if spec.kind is GrammarKind.CHOICES and any("\x00" in c for c in spec.spec if isinstance(c, str)):
+        raise GrammarError("choices must not contain NUL characters on the outlines backend (its end sentinel)",
+                           GrammarErrorCode.INVALID_CHOICES)
+    node = without_nul(constraint_tree(spec))
+    if ir.is_never(node):
+        raise GrammarError("the regex matches no text without NUL (the outlines backend's end sentinel)",
+                           GrammarErrorCode.INVALID_REGEX)
+    return node
+
+
+def without_nul(node: ir.Node) -> ir.Node:
+    """`node` with NUL taken out of every class: NUL is this backend's end-of-match sentinel (automaton.py)."""
+    if isinstance(node, ir.Chars):
+        return ir.chars(charset.intersect(node.ranges, NO_NUL))
+    if isinstance(node, ir.Seq):
+        return ir.seq(*(without_nul(i) for i in node.items))
+    if isinstance(node, ir.Alt):
+        return ir.alt(*(without_nul(i) for i in node.items))
+    assert isinstance(node, ir.Rep)
+    return ir.rep(without_nul(node.item), node.lo, node.hi)
 
 
 def spec_to_regex(spec: GrammarSpec) -> str:

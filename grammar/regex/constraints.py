@@ -8,7 +8,7 @@ construction (where `(a|b)*a(a|b){40}` explodes).
 from __future__ import annotations
 
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, too_complex
-from sprig.grammar.regex import charset, fsm, ir
+from sprig.grammar.regex import fsm, ir
 from sprig.grammar.regex.char_classes import Dialect
 from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported, regex_language
 from sprig.grammar.spec import GrammarKind, GrammarSpec
@@ -16,7 +16,6 @@ from sprig.grammar.spec import GrammarKind, GrammarSpec
 MAX_WEIGHT = 200_000  # why: character positions; beyond this the token automaton takes too long to build
 MAX_REGEX_DFA_STATES = 10_000
 MAX_CHOICES = 10_000
-NO_NUL = charset.complement(((0, 0),))  # why: NUL is the end-of-match sentinel (see automaton.py)
 
 
 def constraint_tree(spec: GrammarSpec) -> ir.Node:
@@ -33,8 +32,8 @@ def _choices(choices: object) -> ir.Node:
         raise GrammarError("choices must be a non-empty list of strings", GrammarErrorCode.INVALID_CHOICES)
     if len(choices) > MAX_CHOICES or sum(len(c) for c in choices if isinstance(c, str)) > MAX_WEIGHT:
         raise too_complex(f"more than {MAX_CHOICES} choices or {MAX_WEIGHT} characters in total")
-    if any(not isinstance(c, str) or "\x00" in c for c in choices):
-        raise GrammarError("choices must be strings without NUL characters", GrammarErrorCode.INVALID_CHOICES)
+    if any(not isinstance(c, str) for c in choices):
+        raise GrammarError("choices must be strings", GrammarErrorCode.INVALID_CHOICES)
     return ir.alt(*(ir.lit(c) for c in choices))
 
 
@@ -45,7 +44,6 @@ def _regex(pattern: str) -> ir.Node:
         raise GrammarError(f"invalid regex: {exc}", GrammarErrorCode.INVALID_REGEX) from None
     except PatternUnsupported as exc:
         raise GrammarError(f"unsupported regex construct: {exc}", GrammarErrorCode.INVALID_REGEX) from None
-    node = _without_nul(node)
     if node.weight > MAX_WEIGHT:
         raise too_complex(f"about {node.weight} character positions (limit {MAX_WEIGHT})")
     fsm.determinize(node, MAX_REGEX_DFA_STATES)  # why: raises early where the DFA would explode
@@ -53,13 +51,3 @@ def _regex(pattern: str) -> ir.Node:
         raise GrammarError("the regex matches no text", GrammarErrorCode.INVALID_REGEX)
     return node
 
-
-def _without_nul(node: ir.Node) -> ir.Node:
-    if isinstance(node, ir.Chars):
-        return ir.chars(charset.intersect(node.ranges, NO_NUL))
-    if isinstance(node, ir.Seq):
-        return ir.seq(*(_without_nul(i) for i in node.items))
-    if isinstance(node, ir.Alt):
-        return ir.alt(*(_without_nul(i) for i in node.items))
-    assert isinstance(node, ir.Rep)
-    return ir.rep(_without_nul(node.item), node.lo, node.hi)
