@@ -1,8 +1,10 @@
-"""Named character sets: the shorthand classes of ECMA-262 and Python, and Unicode general categories."""
+"""Named character sets: the shorthand classes `\\d` `\\w` `\\s`, and Unicode general categories."""
 
 from __future__ import annotations
 
+import array
 import functools
+import re
 import sys
 import unicodedata
 from enum import Enum
@@ -20,6 +22,7 @@ class Dialect(Enum):
 
 DIGITS: Ranges = ((48, 57),)
 ECMA_WORD: Ranges = charset.of_chars("_") + ((48, 57), (65, 90), (97, 122))
+ASCII_SPACE: Ranges = ((9, 13), (32, 32))
 ECMA_SPACE: Ranges = charset.normalize([(9, 13), (32, 32), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
                                         (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
                                         (0xFEFF, 0xFEFF)])
@@ -83,23 +86,25 @@ def _subcategories(major: str) -> list[str]:
 
 
 @functools.cache
-def _python_predicate_set(kind: str) -> Ranges:
-    test = {"word": lambda c: c.isalnum() or c == "_", "space": str.isspace, "digit": str.isdecimal}[kind]
-    out: list[tuple[int, int]] = []
-    for cp in range(sys.maxunicode + 1):
-        if test(chr(cp)):
-            if out and out[-1][1] == cp - 1:
-                out[-1] = (out[-1][0], cp)
-            else:
-                out.append((cp, cp))
-    return charset.normalize(out)
+def _python_unicode_class(kind: str) -> Ranges:
+    """What Python's Unicode `re` matches with `\\d`, `\\w` or `\\s`, read off one pass of `re` itself."""
+    everything = array.array("I", range(sys.maxunicode + 1)).tobytes().decode("utf-32-le", "surrogatepass")
+    found = re.finditer({"word": r"\w+", "space": r"\s+", "digit": r"\d+"}[kind], everything)
+    return charset.normalize((m.start(), m.end() - 1) for m in found)
 
 
-def shorthand(kind: str, dialect: Dialect) -> Ranges:
-    """`\\d`, `\\w`, `\\s` (kind 'digit', 'word', 'space') in the given dialect."""
-    if dialect is Dialect.ECMA:
-        return {"digit": DIGITS, "word": ECMA_WORD, "space": ECMA_SPACE}[kind]
-    return _python_predicate_set(kind)
+def shorthand(kind: str, excluded: bool = False) -> Ranges:
+    """`\\d`, `\\w`, `\\s` (kind 'digit', 'word', 'space'), the same in both dialects.
+
+    Where the class adds characters (`\\d`, `[\\d.]`) it is ASCII: `[0-9]`, `[A-Za-z0-9_]` (ECMA-262's) and
+    `[\\t\\n\\v\\f\\r ]`, so `\\d{3}` never writes an NKo or Devanagari digit. Where it takes them away
+    (`excluded`: `\\D`, `[^\\d]`) every character that ECMA-262 or Python's Unicode `re` counts is taken away.
+    Either way the language is a subset of the pattern's under both readings, never more.
+    """
+    if not excluded:
+        return {"digit": DIGITS, "word": ECMA_WORD, "space": ASCII_SPACE}[kind]
+    ecma = {"digit": DIGITS, "word": ECMA_WORD, "space": ECMA_SPACE}[kind]
+    return charset.normalize(ecma + _python_unicode_class(kind))
 
 
 def any_char(dialect: Dialect, dotall: bool) -> Ranges:

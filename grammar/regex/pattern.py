@@ -1,7 +1,7 @@
 """Regular expressions (ECMA-262 `pattern`s and Python-syntax `regex` constraints) → regex trees.
 
-Python's own parser (`re._parser`) reads the syntax; the meaning is assigned here, per dialect, so that
-`\\d` is ASCII in a JSON Schema pattern (ECMA-262) and Unicode in a Python regex. Anchors are handled
+Python's own parser (`re._parser`) reads the syntax; the meaning is assigned here, per dialect (`.` and
+`\\u{...}` differ); `\\d`, `\\w`, `\\s` are ASCII in both (`char_classes.shorthand`). Anchors are handled
 exactly: every sub-expression is translated into up to four variants keyed by (must start at the beginning
 of the text, must end at its end), which makes `^a|b$` or `(^a)b` mean what they say. Constructs that are
 not regular (backreferences, lookaround, word boundaries) are refused with `PatternUnsupported`.
@@ -187,22 +187,23 @@ def _class_ranges(items: list, flags: int, ctx: _Ctx) -> Ranges:
         elif op is sre_c.RANGE:
             acc.append(av)
         elif op is sre_c.CATEGORY:
-            acc.extend(_category(av, ctx.dialect))
+            acc.extend(_category(av, negate))
         else:
             raise PatternUnsupported(f"the class item {str(op).lower()}")
     ranges = _fold(_resolve_placeholders(charset.normalize(acc), ctx), flags)
     return charset.complement(ranges) if negate else ranges
 
 
-def _category(code, dialect: Dialect) -> Ranges:
+def _category(code, in_negated_class: bool) -> Ranges:
     kinds = {sre_c.CATEGORY_DIGIT: ("digit", False), sre_c.CATEGORY_NOT_DIGIT: ("digit", True),
              sre_c.CATEGORY_WORD: ("word", False), sre_c.CATEGORY_NOT_WORD: ("word", True),
              sre_c.CATEGORY_SPACE: ("space", False), sre_c.CATEGORY_NOT_SPACE: ("space", True)}
     if code not in kinds:
         raise PatternUnsupported(f"the category {str(code).lower()}")
     kind, negated = kinds[code]
-    ranges = shorthand(kind, dialect)
-    return charset.complement(ranges) if negated else ranges
+    if negated:  # why: ASCII wherever the class finally adds characters, the wide set where it takes them away
+        return charset.complement(shorthand(kind, excluded=not in_negated_class))
+    return shorthand(kind, excluded=in_negated_class)
 
 
 def _resolve_placeholders(ranges: Ranges, ctx: _Ctx) -> Ranges:
