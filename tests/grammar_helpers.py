@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,24 @@ def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bo
     return test["valid"]
 
 
-def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.Counter, list[str]]:
-    """Compile every schema of one suite file and walk every instance; counts and problems."""
+def nesting(value: Any) -> int:
+    """How deep arrays and objects nest in `value` (0 for a scalar)."""
+    if isinstance(value, dict):
+        return 1 + max((nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((nesting(v) for v in value), default=0)
+    return 0
+
+
+def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable[[dict[str, Any]], Any],
+                    refusal_problem: Callable[[Any], str | None],
+                    check_model: bool = False) -> tuple[collections.Counter, list[str]]:
+    """Compile every schema of one suite file and walk every instance; counts and problems.
+
+    options_for(group) gives the JsonOptions of a test group; refusal_problem(err) says what is wrong
+    with a refusal, if anything; check_model also holds the value-set model (`SchemaOrderer.admits`) to
+    the suite's verdicts.
+    """
     from sprig.grammar import GrammarError, GrammarSpec
     from sprig.grammar.schema.ordering import SchemaOrderer
 
@@ -60,15 +77,17 @@ def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.
     for group in json.loads(path.read_text()):
         schema = in_draft(group["schema"], draft)
         where = f"{draft}/{name}: {group['description']}"
+        options = options_for(group)
         try:
-            compiled = compiler.compile(GrammarSpec.json_schema(schema))
+            compiled = compiler.compile(GrammarSpec.json_schema(schema, options))
         except GrammarError as err:
             if err.code in ("unsupported_keyword", "grammar_too_complex"):
                 keyword = err.message.split("'")[1] if err.message.count("'") >= 2 else ""
                 counts["refused"] += 1
                 counts[f"refused:{keyword or err.code}"] += 1
-                if err.code == "unsupported_keyword" and not (keyword and err.pointer):
-                    problems.append(f"{where}: a refusal that names no keyword: {err.message}")
+                problem = refusal_problem(err)
+                if problem:
+                    problems.append(f"{where}: {problem}: {err.message}")
                 continue
             if "accepts no JSON value" not in err.message:
                 problems.append(f"{where}: {err.code}: {err.message}")
@@ -81,11 +100,13 @@ def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.
                     problems.append(f"{where}: {test['description']} (empty grammar)")
             continue
         counts["compiled"] += 1
-        orderer = SchemaOrderer(schema)
+        orderer = SchemaOrderer(schema, options)
         for test in group["tests"]:
             valid = expected_valid(name, group, test)
             counts["instances"] += 1
             accepted = walk(compiled, orderer.dumps(test["data"]))
+            if check_model and orderer.admits(test["data"]) != valid:
+                problems.append(f"{where}: value-set model disagrees: {test['description']}")
             if accepted and not valid:
                 counts["false_accepts"] += 1
                 problems.append(f"{where}: FALSE ACCEPT: {test['description']}")

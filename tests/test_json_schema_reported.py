@@ -12,15 +12,9 @@ import json
 import pytest
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
 from sprig.grammar.factory import matcher_for
 from sprig.grammar.matcher import allocate_token_bitmask
-
-
-@pytest.fixture(scope="module", params=["llguidance", "outlines"])
-def any_backend(request, info):
-    with GrammarCompiler(info, max_workers=1, isolate=False, backend=request.param) as comp:
-        yield comp
 
 
 def accepts(compiled, text: str) -> bool:
