@@ -14,7 +14,7 @@ of free text before closing one, past the tiny model's 2,048-token context (and 
 therefore add a logit bias of CLOSING_BIAS to the tokens containing '"', '@' or ':' -- a sampling parameter,
 applied before the grammar's mask, that changes no grammar. No grammar can force those strings to end
 without bounding their length, which would change the schema's language. Numbers are bounded in the grammar
-(grammar/numbers.py: freely chosen digits are counted), so digits never run on.
+(grammar/schema/numbers.py: freely chosen digits are counted), so digits never run on.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""IDNA A-labels in `format: hostname`: accepted exactly when valid, never started by generation (grammar/labels.py)."""
+"""IDNA A-labels in `format: hostname`: accepted exactly when valid, never started by generation (schema/labels.py)."""
 
 from __future__ import annotations
 

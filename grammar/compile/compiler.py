@@ -3,7 +3,7 @@
     compiler = GrammarCompiler(TokenizerInfo.from_tokenizer(path, eos_token_ids=[2], vocab_size=2100))
     future = compiler.submit(GrammarSpec.json_schema(schema))   # returns at once
     compiled = future.result()                                  # the compiled grammar, or raises GrammarError
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
 
 Results (and errors) are cached by (kind, canonical spec, tokenizer fingerprint) in a bounded LRU;
 concurrent requests for the same spec share one compilation, each through its own future, so a request

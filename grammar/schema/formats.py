@@ -4,7 +4,7 @@ Exact for date, date-time, time (RFC 3339, leap years and leap seconds included)
 (RFC 3986). Two are deliberate subsets, so that the grammar never accepts an invalid value:
   * hostname: RFC 1123 labels without "--" in positions 3-4 (reserved), plus IDNA A-labels ("xn--" and LDH
     characters here; whether one is valid needs Punycode decoding and the IDNA2008 rules, which no regex
-    does, so grammar/labels.py decides it in the matcher): a first label of up to 63 characters and up to
+    does, so schema/labels.py decides it in the matcher): a first label of up to 63 characters and up to
     4 more of up to 20, which keeps the 253-character total. Every counted character is a state of the
     token automaton, and outlines-core stores a token map per state, so the exact rule (8+ labels of 63)
     would cost ~4x more.
@@ -87,7 +87,7 @@ def _label(max_len: int) -> str:
 
 
 def _a_label(max_len: int) -> str:
-    """"xn--" and LDH characters: a candidate A-label, decided by the matcher (grammar/labels.py)."""
+    """"xn--" and LDH characters: a candidate A-label, decided by the matcher (grammar/schema/labels.py)."""
     return f"[Xx][Nn]--[A-Za-z0-9-]{{0,{max_len - 5}}}[A-Za-z0-9]"
 
 

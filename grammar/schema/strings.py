@@ -215,7 +215,7 @@ def member(expr: SExpr, text: str) -> bool:
     if isinstance(expr, SLen):
         return len(text) >= expr.lo and (expr.hi is None or len(text) <= expr.hi)
     if isinstance(expr, SFormat) and expr.name == "hostname" and not labels.host_labels_valid(text):
-        return False  # why: A-labels are decided beside the regex (grammar/labels.py)
+        return False  # why: A-labels are decided beside the regex (grammar/schema/labels.py)
     return _python_regex(expr).fullmatch(text) is not None
 
 
@@ -250,4 +250,4 @@ def _not_in_trie(node: dict) -> ir.Node:
     return ir.alt(*parts)
 
 
-use_key_membership(member)  # why: schema_values cannot import this module (it is imported by it)
+use_key_membership(member)  # why: values.py cannot import this module (it is imported by it)
