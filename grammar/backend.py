@@ -15,6 +15,9 @@ class Backend(str, Enum):
     LLGUIDANCE = "llguidance"  # the default: a context-free grammar, masks computed lazily per reached state
     OUTLINES = "outlines"  # one regex, an eager token automaton (outlines-core); imported only when chosen
 
+    def __str__(self) -> str:  # why: f-strings print the name the CLI takes, on every Python version
+        return self.value
+
     @classmethod
     def parse(cls, name: Backend | str) -> Backend:
         """The backend named `name`; a ValueError naming the choices otherwise."""
