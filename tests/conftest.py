@@ -39,6 +39,15 @@ def compiler(info):
         yield comp
 
 
+@pytest.fixture(scope="module", params=["llguidance", "outlines"])
+def any_backend(request, info):
+    """An in-process grammar compiler over `info`, once per backend."""
+    from sprig.grammar import GrammarCompiler
+
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend=request.param) as comp:
+        yield comp
+
+
 @pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen2"])
 def reference(request, tiny_paths):
     """(checkpoint, 64 prompt ids, fp32 transformers logits [64, V]): what reduced-precision paths are held to."""

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
@@ -257,7 +257,7 @@ class Engine:
         """Give constrained requests their matchers (compilation finished; errors raise RequestError)."""
         for req in reqs:
             if req.grammar_future is not None:
-                req.matcher = GrammarMatcher(compiled_or_error(req.grammar_future))
+                req.matcher = matcher_for(compiled_or_error(req.grammar_future))
                 req.grammar_future = None
 
     def _submit(self, reqs: list[Request], loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
