@@ -1,0 +1,124 @@
+"""Triton GGML block-quant matmul and row lookup vs the torch reference `ggml_quants.dequantize` (interpreter on CPU).
+
+Error bounds, against the product computed in float64 from the reference's float32 weights W (S = |x| @ |W|.T):
+- fp32 accumulation, in any order, on either side: at most K * 2^-24 * S (the classic gamma_K bound);
+- the GEMM rounds each decoded weight to x's dtype before `tl.dot` (as the torch path casts before F.linear):
+  u_in * S, plus for fp16 an absolute 2^-25 per weight below fp16's normal range (2^-25 * sum |x|);
+- the output's rounding to x's dtype: u_out * (|y| + the above), and for fp16 2^-25 below its normal range.
+A single wrong weight moves y by |x_k W_jk|, about S / K, which is above every bound here (K <= 512).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of the Triton kernels
+pytest.importorskip(
+    "triton", reason="triton is not installed (pip install 'sprig[gpu]')", exc_type=ImportError
+)
+
+from test_ggml_quants import random_rows  # noqa: E402
+
+from sprig.kernels import triton_block_quant as tbq  # noqa: E402
+from sprig.kernels.ggml_quants import GGMLType, dequantize  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+UNIT = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}  # unit roundoff
+pytestmark = pytest.mark.timeout(60)
+
+
+def _shape(qtype: GGMLType) -> tuple[int, int]:
+    """N and K with partial tiles: N = 24 (GEMV tiles of 16, GEMM tiles of 64); K = 96 for 32-weight blocks
+    (k tiles of 64 and 128), two super-blocks for the K-quants."""
+    return 24, 96 if qtype.block_size == 32 else 512
+
+
+def _weight(qtype: GGMLType, n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    raw = random_rows(qtype, n, k, seed)
+    return raw.to(DEVICE), dequantize(raw, qtype, k)
+
+
+def _assert_within_bound(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    """|got - x @ w.T| (x [M, K]) within the module docstring's bound for got's path (GEMV or GEMM) and dtype."""
+    x64, w64 = x.double().cpu(), w.double()
+    exact = x64 @ w64.T
+    spread = x64.abs() @ w64.abs().T
+    m, k = x.shape
+    before_cast = k * 2.0**-24 * spread  # the fp32 sum's distance from the exact product
+    if m > tbq.GEMV_MAX_M and x.dtype != torch.float32:  # the GEMM rounds the decoded weights to x's dtype
+        before_cast += UNIT[x.dtype] * spread
+        if x.dtype == torch.float16:
+            before_cast += 2.0**-25 * x64.abs().sum(-1, keepdim=True)
+    bound = before_cast + UNIT[x.dtype] * (exact.abs() + before_cast)  # then one rounding to x's dtype
+    if x.dtype == torch.float16:
+        bound += 2.0**-25  # an output below fp16's normal range rounds to a step of 2^-24
+    err = (got.double().cpu() - exact).abs()
+    assert got.dtype == x.dtype
+    assert (err <= bound).all(), f"worst error {err.max():.3g}, worst error / bound {(err / bound).max():.3g}"
+
+
+@pytest.mark.parametrize("qtype", tbq.SUPPORTED_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("m", [1, 5, 20, 64])  # GEMV, GEMV, GEMM with a partial row tile, GEMM
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matmul_matches_the_dequantized_product(qtype, m, dtype):
+    n, k = _shape(qtype)
+    raw, w = _weight(qtype, n, k)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype).to(DEVICE)
+    got = tbq.block_quant_matmul(x, raw, qtype)
+    assert got.shape == (m, n)
+    _assert_within_bound(got, x, w)
+
+
+@pytest.mark.parametrize("m", [3, 24])
+def test_matmul_takes_leading_dims_strided_x_and_a_row_slice_of_raw(m):
+    """x [2, m, K] sliced from a wider tensor; raw a row range of a bigger weight (rows keep their stride)."""
+    qtype = GGMLType.Q4_1
+    raw, w = _weight(qtype, 70, 128, seed=3)
+    wide = torch.randn(2, m, 160, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    x = wide[..., 16:144]
+    got = tbq.block_quant_matmul(x, raw[10:60], qtype)
+    assert got.shape == (2, m, 50)
+    _assert_within_bound(got.reshape(-1, 50), x.reshape(-1, 128), w[10:60])
+
+
+@pytest.mark.parametrize("qtype", tbq.SUPPORTED_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_equal_the_reference_bitwise(qtype, dtype):
+    n, k = 40, 288 if qtype.block_size == 32 else 512  # 288: a partial 256-column tile
+    raw, w = _weight(qtype, n, k, seed=1)
+    ids = torch.tensor([[3, 0, 39], [3, 17, 22]], device=DEVICE)  # repeats, first and last rows, 6 ids: a partial tile
+    got = tbq.block_quant_rows(raw, ids, qtype, dtype)
+    assert got.dtype == dtype and got.shape == (2, 3, k)
+    assert torch.equal(got.cpu(), w[ids.cpu()].to(dtype))
+
+
+def test_an_id_out_of_range_reads_a_zero_row():
+    raw, w = _weight(GGMLType.Q8_0, 8, 64)
+    got = tbq.block_quant_rows(raw, torch.tensor([1, 8, -1], device=DEVICE), GGMLType.Q8_0)
+    assert torch.equal(got[0].cpu(), w[1]) and not got[1:].any()
+
+
+def test_empty_inputs():
+    raw, _ = _weight(GGMLType.Q4_0, 8, 64)
+    assert tbq.block_quant_matmul(torch.zeros(0, 64, device=DEVICE), raw, GGMLType.Q4_0).shape == (0, 8)
+    assert tbq.block_quant_rows(raw, torch.zeros(0, dtype=torch.long, device=DEVICE), GGMLType.Q4_0).shape == (0, 64)
+
+
+def test_bad_inputs_are_value_errors_naming_the_argument():
+    raw, _ = _weight(GGMLType.Q4_0, 8, 64)
+    x = torch.zeros(2, 64, device=DEVICE)
+    with pytest.raises(ValueError, match="qtype: the Triton block-quant kernels read Q8_0, Q4_0"):
+        tbq.block_quant_matmul(x, raw, GGMLType.F16)
+    with pytest.raises(ValueError, match="raw: expected a uint8"):
+        tbq.block_quant_matmul(x, raw.view(torch.int8), GGMLType.Q4_0)
+    with pytest.raises(ValueError, match="raw: 35 bytes per row is not a whole number of Q4_0 blocks"):
+        tbq.block_quant_matmul(x, raw[:, :35], GGMLType.Q4_0)
+    with pytest.raises(ValueError, match="x: last dim 32 != the weight's 64 columns"):
+        tbq.block_quant_matmul(x[:, :32], raw, GGMLType.Q4_0)
+    with pytest.raises(ValueError, match="ids: expected int32 or int64"):
+        tbq.block_quant_rows(raw, torch.zeros(2, device=DEVICE), GGMLType.Q4_0)
