@@ -122,3 +122,31 @@ def test_bad_inputs_are_value_errors_naming_the_argument():
         tbq.block_quant_matmul(x[:, :32], raw, GGMLType.Q4_0)
     with pytest.raises(ValueError, match="ids: expected int32 or int64"):
         tbq.block_quant_rows(raw, torch.zeros(2, device=DEVICE), GGMLType.Q4_0)
+
+
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("m", [2, 12])
+def test_layers_triton_paths_equal_their_cpu_paths(qtype, m):
+    """BlockQuantLinear.forward_triton / BlockQuantEmbedding.lookup_triton, what CUDA tensors run: the bias, the
+    leading dims and the tied head's shared bytes, against the same layers' CPU paths."""
+    from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear
+
+    k = 256
+    layer = BlockQuantLinear(k, 24, qtype, True, torch.float32)
+    layer.load_raw(0, random_rows(qtype, 24, k, seed=5))
+    layer.bias.data.copy_(torch.randn(24, generator=torch.Generator().manual_seed(6)))
+    x = torch.randn(1, m, k, generator=torch.Generator().manual_seed(m))
+    w = dequantize(layer.weight.data, qtype, k)
+    got, cpu = layer.forward_triton(x.to(DEVICE)).cpu(), layer(x)  # no pack_for_cpu: the torch path
+    # two fp32 sums of K products (gamma_K each) and the bias add's rounding on each side
+    bound = 2 * k * 2.0**-24 * (x.abs() @ w.abs().T) + 2.0**-23 * cpu.abs()
+    assert got.shape == (1, m, 24) and ((got - cpu).abs() <= bound).all()
+
+    emb = BlockQuantEmbedding(40, k, qtype, torch.float16)
+    emb.load_raw(0, random_rows(qtype, 40, k, seed=7))
+    ids = torch.tensor([[5, 39, 0], [5, 1, 2]])
+    assert torch.equal(emb.lookup_triton(ids.to(DEVICE)).cpu(), emb(ids))
+    head = emb.tied_head()
+    table = dequantize(emb.weight.data, qtype, k)
+    xh = x.half().to(DEVICE)
+    _assert_within_bound(head.forward_triton(xh).reshape(m, 40), xh.reshape(m, k), table)
