@@ -150,3 +150,11 @@ def test_layers_triton_paths_equal_their_cpu_paths(qtype, m):
     table = dequantize(emb.weight.data, qtype, k)
     xh = x.half().to(DEVICE)
     _assert_within_bound(head.forward_triton(xh).reshape(m, 40), xh.reshape(m, k), table)
+
+
+@pytest.mark.parametrize("qtype", tbq.SUPPORTED_TYPES, ids=lambda t: t.name)
+def test_the_torch_reference_runs_on_the_weights_device(qtype):
+    """ggml_quants.dequantize keeps every tensor on the weight's device (CUDA without triton takes that path):
+    the meta device stands in for CUDA here, since a CPU constant mixed into the shifts fails the same way."""
+    raw = torch.zeros(2, qtype.row_bytes(256), dtype=torch.uint8, device="meta")
+    assert dequantize(raw, qtype, 256).device.type == "meta"
