@@ -158,3 +158,26 @@ def test_the_torch_reference_runs_on_the_weights_device(qtype):
     the meta device stands in for CUDA here, since a CPU constant mixed into the shifts fails the same way."""
     raw = torch.zeros(2, qtype.row_bytes(256), dtype=torch.uint8, device="meta")
     assert dequantize(raw, qtype, 256).device.type == "meta"
+
+
+def test_gpu_check_block_quant_cases_pass_shrunk_on_this_device(monkeypatch):
+    """benchmarks/gpu_check.py's block-quant step (what a lent GPU runs) builds and passes its own checks here,
+    every size but K divided by 192, so a broken case is found before a GPU is spent on it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # dataclasses look their module up there
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setattr(gpu_check, "DEVICE", DEVICE)
+    monkeypatch.setattr(gpu_check, "SHRINK", 192)
+    names = set()
+    for build in gpu_check.block_quant_builders(torch.float16):
+        for case in build():
+            assert case.check() <= gpu_check.TOL[torch.float16], (case.name, case.shape)
+            names.add(case.name)
+    assert {f"bq_matmul {t.name}" for t in tbq.SUPPORTED_TYPES} | {"bq_rows Q8_0"} == names
