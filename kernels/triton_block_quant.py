@@ -33,7 +33,6 @@ ROWS_TILE = {"BLOCK_N": 4, "BLOCK_K": 256}
 Q4_0 = tl.constexpr(int(GGMLType.Q4_0))
 Q4_1 = tl.constexpr(int(GGMLType.Q4_1))
 Q8_0 = tl.constexpr(int(GGMLType.Q8_0))
-Q4_K = tl.constexpr(int(GGMLType.Q4_K))
 Q5_K = tl.constexpr(int(GGMLType.Q5_K))
 Q6_K = tl.constexpr(int(GGMLType.Q6_K))
 SUPPORTED_TYPES = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
