@@ -243,9 +243,10 @@ typedef struct {
     int8_t *codes;     /* [kp] */
     float *lane_scale; /* [kp/4] */
     float *csum;       /* [kp/16]: xs * the group's code sum */
+    float *lane_csum;  /* [kp/4]: xs * the sum of each lane's 4 codes (the direct 32-weight-block path) */
 } Act;
 
-static size_t act_bytes(int64_t kp) { return (size_t)kp + (size_t)kp + (size_t)kp / 4; }
+static size_t act_bytes(int64_t kp) { return (size_t)kp + (size_t)kp + (size_t)kp / 4 + (size_t)kp; }
 
 static inline float load_x(const void *row, int dtype, int64_t i) {
     return dtype ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
@@ -262,12 +263,14 @@ static void quantize_act(const void *x, int dtype, int64_t k, int64_t kp, Act a)
             }
         const int zero = !(amax >= 1e-30f);
         const float inv = zero ? 0.0f : 127.0f / amax, xs = zero ? 0.0f : amax / 127.0f;
-        int sums[2] = {0, 0};
+        int sums[2] = {0, 0}, lanes[8] = {0};
         for (int i = 0; i < 32; i++) {
             const int c = (int)rintf(fminf(fmaxf(v[i] * inv, -127.0f), 127.0f));
             a.codes[b * 32 + i] = (int8_t)c;
             sums[i / 16] += c;
+            lanes[i / 4] += c;
         }
+        for (int l = 0; l < 8; l++) a.lane_csum[b * 8 + l] = xs * (float)lanes[l];
         for (int l = 0; l < 8; l++) a.lane_scale[b * 8 + l] = xs;
         a.csum[2 * b] = xs * (float)sums[0];
         a.csum[2 * b + 1] = xs * (float)sums[1];
@@ -391,6 +394,74 @@ static DotFn dot_for(int isa) {
     return dot_portable;
 }
 
+/* ---- 32-weight blocks on AVX512_VNNI, read straight from the rows (decode sizes: each weight meets few rows) ----
+ * Two blocks make one zmm of codes; their scales and offsets are spread over the lanes in registers. */
+#if defined(HAVE_VNNI512)
+#define DIRECT_MAX_M 16  /* more activation rows: decoding into the scratch once per tile pays */
+
+static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1) {
+    if (qtype == T_Q8_0) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + 2)), q1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), _mm512_set1_epi8((char)0x80));
+    }
+    const int at = qtype == T_Q4_0 ? 2 : 4;
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + at))),
+                                              _mm_loadu_si128((const __m128i *)(b1 + at)), 1);
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(y, low)),
+                                         _mm256_and_si256(_mm256_srli_epi16(y, 4), low), 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  /* low/high nibbles of b0, then of b1 */
+}
+
+static inline __attribute__((always_inline)) void scales64(const int qtype, const uint8_t *b0, const uint8_t *b1,
+                                                           __m512 *scale, __m512 *offset) {
+    uint32_t u0, u1;  /* d (and Q4_1's m) of each block */
+    memcpy(&u0, b0, 4);
+    memcpy(&u1, b1, 4);
+    const __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1)));
+    *scale = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
+    if (qtype == T_Q4_1) *offset = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v);
+    else *offset = _mm512_mul_ps(*scale, _mm512_set1_ps(qtype == T_Q4_0 ? -8.0f : -128.0f));
+}
+
+/* Weight row `row` against activation rows acts[0 .. rows); a padding half block reads block b0 again and meets
+ * zero activations (codes, scales and sums are all zero there). */
+static inline __attribute__((always_inline)) void direct_rows(const int qtype, const uint8_t *row, int64_t blocks,
+                                                              int bytes, const Act *acts, const int rows, int64_t kp,
+                                                              float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < kp / CHUNK; t++) {
+        const uint8_t *b0 = row + 2 * t * bytes, *b1 = 2 * t + 1 < blocks ? b0 + bytes : b0;
+        const __m512i z = codes64(qtype, b0, b1);
+        __m512 scale, offset;
+        scales64(qtype, b0, b1, &scale, &offset);
+        for (int r = 0; r < rows; r++) {
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, _mm512_loadu_si512(acts[r].codes + t * CHUNK));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_loadu_ps(acts[r].lane_scale + t * 16)),
+                                     acc[r]);
+            acc[r] = _mm512_fmadd_ps(offset, _mm512_loadu_ps(acts[r].lane_csum + t * 16), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes, const Act *acts, int rows,
+                       int64_t kp, float *out) {
+#define DIRECT(T)                                                                  \
+    switch (rows) {  /* constant counts: the accumulators stay in registers */      \
+        case 1: direct_rows(T, row, blocks, bytes, acts, 1, kp, out); return;       \
+        case 2: direct_rows(T, row, blocks, bytes, acts, 2, kp, out); return;       \
+        case 3: direct_rows(T, row, blocks, bytes, acts, 3, kp, out); return;       \
+        default: direct_rows(T, row, blocks, bytes, acts, 4, kp, out); return;      \
+    }
+    if (qtype == T_Q4_0) DIRECT(T_Q4_0)
+    if (qtype == T_Q4_1) DIRECT(T_Q4_1)
+    DIRECT(T_Q8_0)
+#undef DIRECT
+}
+#endif
+
 /* ---- the linear layer ---- */
 typedef struct {
     DotFn dot;
@@ -406,7 +477,8 @@ typedef struct {
 
 static Act act_at(const Job *job, int64_t r) {
     uint8_t *base = (uint8_t *)job->acts + (size_t)r * act_bytes(job->kp);
-    return (Act){(int8_t *)base, (float *)(base + job->kp), (float *)(base + 2 * job->kp)};
+    const int64_t kp = job->kp;
+    return (Act){(int8_t *)base, (float *)(base + kp), (float *)(base + 2 * kp), (float *)(base + 2 * kp + kp / 4)};
 }
 
 static void store(const Job *job, int64_t r, int64_t col, float y) {
@@ -435,6 +507,23 @@ static void run_tile(const Job *job, int64_t t, uint8_t *scratch) {
     }
 }
 
+#if defined(HAVE_VNNI512)
+/* Work item `t` of the direct path: weight rows [TILE_N t, TILE_N t + TILE_N), 4 activation rows at a time. */
+static void run_direct(const Job *job, int64_t t) {
+    const int64_t n0 = t * TILE_N, n1 = job->n - n0 < TILE_N ? job->n : n0 + TILE_N;
+    Act acts[4];
+    float y[4];
+    for (int64_t r0 = 0; r0 < job->m; r0 += 4) {
+        const int rows = job->m - r0 < 4 ? (int)(job->m - r0) : 4;
+        for (int r = 0; r < rows; r++) acts[r] = act_at(job, r0 + r);
+        for (int64_t col = n0; col < n1; col++) {
+            direct_row(job->qtype, job->w + col * job->row_bytes, job->k / 32, job->f.bytes, acts, rows, job->kp, y);
+            for (int r = 0; r < rows; r++) store(job, r0 + r, col, y[r]);
+        }
+    }
+}
+#endif
+
 /* out [m, n] (dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart, same dtype) times the GGML `qtype`
  * weight w [n, row_bytes] (+ bias [n] of the same dtype, or NULL). */
 int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, int qtype, const void *bias, void *out,
@@ -450,8 +539,16 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
     const size_t elem = dtype ? 2 : 4;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (m >= 32)
     for (int64_t r = 0; r < m; r++) quantize_act((const char *)a + r * lda * elem, dtype, k, kp, act_at(&job, r));
-    const size_t scratch_bytes = ((size_t)TILE_N * decoded_bytes(kp) + 63) / 64 * 64;
     int failed = 0;
+#if defined(HAVE_VNNI512)
+    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M && (qtype == T_Q4_0 || qtype == T_Q4_1 || qtype == T_Q8_0)) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (tiles >= 2 * nthreads && nthreads > 1)
+        for (int64_t t = 0; t < tiles; t++) run_direct(&job, t);
+        free(acts);
+        return 0;
+    }
+#endif
+    const size_t scratch_bytes = ((size_t)TILE_N * decoded_bytes(kp) + 63) / 64 * 64;
     /* Few tiles (a small layer at decode) are not worth waking a second thread for. */
 #pragma omp parallel num_threads(nthreads) if (tiles >= 2 * nthreads && nthreads > 1) reduction(| : failed)
     {
