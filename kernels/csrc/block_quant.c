@@ -1,24 +1,28 @@
 /* GGML block-quantized linears and embedding lookups, reading the GGUF blocks as they are stored.
  *
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
- * ggml-common.h. Nothing is re-laid out at load: a work item decodes TILE_N weight rows into a small scratch --
- * unsigned codes (one byte each), a float scale per 16 weights (repeated for every 4 weights, one per VPDPBUSD
- * lane) and a float offset per 16 -- so that every format is value = scale * code + offset, and one dot product
- * serves them all. The scratch stays in L1/L2 while every activation row meets it.
+ * ggml-common.h. Nothing is re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py
+ * has the measurements):
+ *  - decode sizes (m <= 16) on AVX512_VNNI, Q4_0 / Q4_1 / Q8_0: `direct_rows` reads two blocks into one zmm of
+ *    codes and spreads their scales over the lanes in registers, against up to 4 activation rows;
+ *  - prefill sizes (m >= 12) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
+ *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
+ *  - otherwise (K-quants at decode sizes, fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
+ *    a work item decodes TILE_N weight rows into a scratch -- unsigned codes, a float scale per 16 weights
+ *    (repeated per 4, one per VPDPBUSD lane) and a float offset per 16 -- so every format is value = scale * code
+ *    + offset, and one dot product per path serves them all.
  *
- * Activations are quantized per block of 32, as llama.cpp's q8_0: xs = max|x| / 127, c = rint(clamp(x * 127 /
- * max|x|, -127, 127)), padding c = 0. Then per group g of 16 weights
+ * The first and third quantize the activations per block of 32, as llama.cpp's q8_0: xs = max|x| / 127,
+ * c = rint(clamp(x * 127 / max|x|, -127, 127)). Then per group g of 16 weights
  *     sum_i (s_g q_i + o_g) x_i  ~=  s_g xs isum_g + o_g (xs csum_g),  isum_g = sum_i q_i c_i,  csum_g = sum_i c_i
  * with the integer sums exact (VPDPBUSD: u8 codes x s8 activations; AVX2: both widened to s16, VPMADDWD) and
- * xs * csum_g computed once per activation row. kernels/cpu_block_quant.py says what was measured against keeping
- * the activations in bf16.
+ * xs * csum computed once per activation row.
  *
- * `isa` (0 portable, 1 AVX2, 2 AVX-VNNI, 3 AVX512_VNNI: the same paths and build conditions as int8_gemm.c) picks
- * the dot product; the paths sum the same integers but add the floats in different orders, so they agree to a
- * few ulps, not bitwise. `bq_embedding` dequantizes rows exactly as kernels/ggml_quants.py (and the gguf package)
- * does -- the same float operations in the same order, no FMA contraction in this file -- so its rows are
- * bit-identical to the reference's. Each returns 0 when done, else nonzero (bad sizes or type, a path this build
- * lacks, no memory).
+ * `isa` (0 portable, 1 AVX2, 2 AVX-VNNI, 3 AVX512_VNNI: vnni.h, as int8_gemm.c) picks the path; the paths add the
+ * floats in different orders, so they agree to a few ulps, not bitwise. `bq_embedding` dequantizes rows exactly as
+ * kernels/ggml_quants.py (and the gguf package) does -- the same float operations in the same order, no FMA
+ * contraction in this file -- so its rows are bit-identical to the reference's. Each returns 0 when done, else
+ * nonzero (bad sizes or type, a path this build lacks, no memory).
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -487,6 +491,64 @@ static void store(const Job *job, int64_t r, int64_t col, float y) {
     else ((float *)job->out)[r * job->n + col] = y;
 }
 
+/* ---- prefill sizes with bf16 activations: weights widened to bf16, the bf16 vector kernel (vec_gemm.c) ----
+ * A work item widens WIDE_N weight rows into vec_gemm.c's packed layout (per 16 rows, per pair of inputs, the 16
+ * rows' pairs side by side) and runs vec_linear_bf16 on one thread over every activation row; the widening is
+ * paid once per weight, the product runs at the bf16 kernel's speed (no activation quantization at all). */
+#if defined(HAVE_VNNI512) && defined(__AVX512BF16__)
+#define WIDE 1
+#define WIDE_MIN_M 12  /* fewer rows: the direct / q8 paths are faster (measured, kernels/cpu_block_quant.py) */
+#define WIDE_N 64      /* weight rows per work item: four 16-row panels */
+#define PANEL_ROWS 16
+int vec_gemm_best_isa(void);
+
+/* Weight rows [n0, n0 + rows) → bf16 panels [ceil(rows/16)][k/2][16][2] (missing rows zero). */
+static void widen_rows(const Job *job, int64_t n0, int rows, uint8_t *codes, float *s16, float *o16, uint32_t *panels) {
+    const int64_t k = job->k, pairs = k / 2, npanels = (rows + PANEL_ROWS - 1) / PANEL_ROWS;
+    memset(panels, 0, (size_t)(npanels * pairs * PANEL_ROWS) * 4);
+    const Decoded d = {codes, s16, o16};
+    for (int j = 0; j < rows; j++) {
+        decode_row(job->qtype, job->f, job->w + (n0 + j) * job->row_bytes, k, k, d, 1);
+        uint32_t *col = panels + (j / PANEL_ROWS) * pairs * PANEL_ROWS + j % PANEL_ROWS;
+        for (int64_t g = 0; g < k / 16; g++) {
+            const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * g))));
+            const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_fmadd_ps(c, _mm512_set1_ps(s16[g]), _mm512_set1_ps(o16[g])));
+            uint32_t two[8];
+            _mm256_storeu_si256((__m256i *)two, h);
+            for (int q = 0; q < 8; q++) col[(8 * g + q) * PANEL_ROWS] = two[q];
+        }
+    }
+}
+
+static int run_wide(const Job *job, const uint16_t *a, int nthreads) {
+    const int64_t k = job->k, m = job->m, n = job->n, tiles = (n + WIDE_N - 1) / WIDE_N;
+    const size_t panel_bytes = (size_t)(WIDE_N * k * 2), out_bytes = (size_t)(m * WIDE_N * 2);
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads) if (tiles >= 2 * nthreads && nthreads > 1) reduction(| : failed)
+    {
+        uint8_t *scratch = aligned_alloc(64, (panel_bytes + out_bytes + (size_t)k * 2 + 63) / 64 * 64);
+        failed = scratch == NULL;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            if (!scratch) continue;
+            const int64_t n0 = t * WIDE_N;
+            const int rows = n - n0 < WIDE_N ? (int)(n - n0) : WIDE_N;
+            uint32_t *panels = (uint32_t *)scratch;
+            uint16_t *tile_out = (uint16_t *)(scratch + panel_bytes);
+            uint8_t *codes = scratch + panel_bytes + out_bytes;
+            float s16[MAX_K / 16], o16[MAX_K / 16];
+            widen_rows(job, n0, rows, codes, s16, o16, panels);
+            const uint16_t *bias = job->bias ? (const uint16_t *)job->bias + n0 : NULL;
+            failed |= vec_linear_bf16(a, (const uint16_t *)panels, bias, tile_out, m, rows, k, 3, 1);
+            for (int64_t r = 0; r < m; r++)
+                memcpy((uint16_t *)job->out + r * n + n0, tile_out + r * rows, (size_t)rows * 2);
+        }
+        free(scratch);
+    }
+    return failed;
+}
+#endif
+
 /* Work item `t`: weight rows [TILE_N t, TILE_N t + TILE_N) decoded into `scratch`, then every activation row. */
 static void run_tile(const Job *job, int64_t t, uint8_t *scratch) {
     const int64_t n0 = t * TILE_N, kp = job->kp;
@@ -533,6 +595,12 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
         || row_bytes != k / f.block * f.bytes || (dtype != 0 && dtype != 1) || isa < 0 || isa > bq_best_isa())
         return 1;
     const int64_t kp = (k + CHUNK - 1) / CHUNK * CHUNK, tiles = (n + TILE_N - 1) / TILE_N;
+#if defined(WIDE)
+    if (dtype == 1 && isa >= ISA_AVX512_VNNI && m >= WIDE_MIN_M && lda == k && vec_gemm_best_isa() >= 3) {
+        const Job job = {NULL, f, qtype, dtype, w, row_bytes, NULL, bias, out, m, n, k, kp};
+        return run_wide(&job, a, nthreads) ? 2 : 0;
+    }
+#endif
     uint8_t *acts = aligned_alloc(64, ((size_t)m * act_bytes(kp) + 63) / 64 * 64);
     if (!acts) return 2;
     Job job = {dot_for(isa), f, qtype, dtype, w, row_bytes, acts, bias, out, m, n, k, kp};
