@@ -83,7 +83,7 @@ def _f16(blocks: torch.Tensor, start: int) -> torch.Tensor:
 def _nibbles(qs: torch.Tensor, group: int) -> torch.Tensor:
     """Bytes [n, b] → 4-bit codes [n, 2b]: per `group` bytes, their low nibbles, then their high nibbles."""
     n = qs.shape[0]
-    q = qs.reshape(n, -1, 1, group) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 2, 1)
+    q = qs.reshape(n, -1, 1, group) >> torch.tensor([0, 4], dtype=torch.uint8, device=qs.device).reshape(1, 1, 2, 1)
     return (q & 0x0F).reshape(n, -1)
 
 
@@ -123,7 +123,7 @@ def _q5_k(b: torch.Tensor) -> torch.Tensor:
     d = (_f16(b, 0) * sc.float()).reshape(n, -1, 1)
     dm = (_f16(b, 2) * mn.float()).reshape(n, -1, 1)
     ql = _nibbles(b[:, 48:], 32).reshape(n, -1, 32)
-    qh = b[:, 16:48].reshape(n, 1, 32) >> torch.arange(8, dtype=torch.uint8).reshape(1, 8, 1)
+    qh = b[:, 16:48].reshape(n, 1, 32) >> torch.arange(8, dtype=torch.uint8, device=b.device).reshape(1, 8, 1)
     q = (ql | ((qh & 1) << 4)).float()
     return (d * q - dm).reshape(n, QK_K)
 
@@ -133,7 +133,8 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
     scales = b[:, 192:208].contiguous().view(torch.int8).float()
     d = (_f16(b, 208) * scales).reshape(n, QK_K // 16, 1)
     ql = _nibbles(b[:, :128], 64).reshape(n, -1, 32)
-    qh = b[:, 128:192].reshape(n, -1, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 4, 1)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device).reshape(1, 1, 4, 1)
+    qh = b[:, 128:192].reshape(n, -1, 1, 32) >> shifts
     qh = (qh & 3).reshape(n, -1, 32)
     q = ((ql | (qh << 4)).to(torch.int8) - 32).reshape(n, QK_K // 16, -1).float()
     return (d * q).reshape(n, QK_K)

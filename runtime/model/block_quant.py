@@ -2,13 +2,17 @@
 
 `BlockQuantLinear` holds a linear layer's weight as its raw GGML rows (uint8 [out, row_bytes], as a GGUF file
 stores them): the C kernel (`kernels/cpu_block_quant.py`) reads those blocks as they are, so the resident weight is
-the file's bytes. Where the kernel cannot run (no C kernels, SPRIG_CPU_ISA=none, fp16 activations, another device)
-`forward` dequantizes a tile of rows at a time and multiplies with F.linear, so a full-precision copy of the weight
-never exists whole. `BlockQuantEmbedding` keeps the token embedding table quantized the same way; a lookup
+the file's bytes. On CUDA the Triton twins (`kernels/triton_block_quant.py`) read the same blocks in place. Where
+neither runs (no C kernels, SPRIG_CPU_ISA=none, fp16 activations on the CPU, CUDA without triton) `forward`
+dequantizes a tile of rows at a time and multiplies with F.linear, so a full-precision copy of the weight never
+exists whole. `BlockQuantEmbedding` keeps the token embedding table quantized the same way; a lookup
 dequantizes only the rows it reads, and a tied LM head (`tied_head`) is a `BlockQuantLinear` over the same bytes.
 """
 
 from __future__ import annotations
+
+import functools
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +34,25 @@ def checkpoint_type(type_id: int, tensor: str) -> GGMLType:
         return ggml_type(type_id)
     except ValueError as e:
         raise CheckpointError(f"tensor {tensor}: {e}") from None
+
+
+@functools.cache
+def _triton_kernels() -> ModuleType | None:
+    """`kernels/triton_block_quant`, or None where triton is not installed (imported on first use: a CPU-only
+    install never needs triton)."""
+    try:
+        from sprig.kernels import triton_block_quant
+    except ImportError:
+        return None
+    return triton_block_quant
+
+
+def _triton_runs(x: torch.Tensor, qtype: GGMLType) -> bool:
+    """Whether `x` takes the Triton path: a CUDA tensor, triton installed, a type its kernels read."""
+    if not x.is_cuda:
+        return False
+    kernels = _triton_kernels()
+    return kernels is not None and qtype in kernels.SUPPORTED_TYPES
 
 
 class RawRows(nn.Module):
@@ -98,9 +121,19 @@ class BlockQuantLinear(RawRows):
         """Weight rows `rows` in `dtype`."""
         return dequantize(self.weight[rows], self.qtype, self.in_features).to(dtype)
 
+    def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
+        """The product on the Triton kernel, reading the blocks in place: the path of CUDA tensors (on the CPU it
+        runs only under TRITON_INTERPRET=1, which is how it is tested)."""
+        kernels = _triton_kernels()
+        assert kernels is not None  # _triton_runs checked it
+        y = kernels.block_quant_matmul(x, self.weight, self.qtype)
+        return y if self.bias is None else y + self.bias
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.isa is not None and x.dtype == self.dtype:
             return bq_linear(x, self.weight, self.qtype, self.bias, self.isa)
+        if _triton_runs(x, self.qtype):
+            return self.forward_triton(x)
         y = torch.empty(*x.shape[:-1], self.out_features, dtype=x.dtype, device=x.device)
         for r0 in range(0, self.out_features, self.TILE_ROWS):
             rows = slice(r0, min(r0 + self.TILE_ROWS, self.out_features))
@@ -126,7 +159,17 @@ class BlockQuantEmbedding(RawRows):
         """The LM head that shares this table (logits = x @ table^T), over the same bytes."""
         return BlockQuantLinear.sharing(self.weight, self.embedding_dim, self.qtype, self.dtype)
 
+    def lookup_triton(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` dequantized by the Triton kernel (bit-identical to the reference): the path of CUDA tensors
+        (on the CPU only under TRITON_INTERPRET=1). An id out of range reads a zero row: the engine checks ids
+        against the vocabulary, and a device-side check would cost a sync per step."""
+        kernels = _triton_kernels()
+        assert kernels is not None  # _triton_runs checked it
+        return kernels.block_quant_rows(self.weight, ids, self.qtype, self.dtype)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if _triton_runs(self.weight, self.qtype):
+            return self.lookup_triton(ids)
         if self.in_c:
             return bq_embedding(ids, self.weight, self.qtype, self.embedding_dim, self.dtype)
         flat = ids.reshape(-1)
