@@ -1,10 +1,11 @@
 """GGML block-quantized linears and embedding lookups through sprig's C kernel (`kernels/csrc/block_quant.c`).
 
-The weight stays the GGUF file's blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K; uint8 [N, row_bytes]): nothing is
-re-laid out at load, so the resident weight is the file's bytes. A work item decodes 8 weight rows into codes,
-scales and offsets in L1 and meets every activation row with them; the activations are quantized per block of 32
-to 8 bits (llama.cpp's q8_0) and multiplied on VPDPBUSD (AVX512_VNNI, AVX-VNNI) or VPMADDWD (AVX2), integer sums
-exact, each block's scale and offset applied per group of 16 weights.
+The weight stays the GGUF file's blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, and sprig's Q4_G128 that AWQ / GPTQ
+checkpoints become; uint8 [N, row_bytes]): nothing is re-laid out at load, so the resident weight is the file's
+bytes. A work item decodes 8 weight rows into codes, scales and offsets in L1 and meets every activation row with
+them; the activations are quantized per block of 32 to 8 bits (llama.cpp's q8_0) and multiplied on VPDPBUSD
+(AVX512_VNNI, AVX-VNNI) or VPMADDWD (AVX2), integer sums exact, each block's scale and offset applied per group of
+16 weights.
 
 Why 8-bit activations and not bf16 ones with the weights widened in registers (VDPBF16PS): measured here (Zen 4,
 one thread; `benchmarks/bench_block_quant.py`) -- see the figures at the end of this docstring.
@@ -22,7 +23,8 @@ from sprig.kernels.cpu_int8 import Int8Isa, int8_isa
 from sprig.kernels.cpu_native import DTYPE_CODES, native_kernels
 from sprig.kernels.ggml_quants import GGMLType
 
-KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+                GGMLType.Q4_G128)
 DTYPES = (torch.float32, torch.bfloat16)  # activations / outputs the kernel takes
 MAX_K = 65536
 

@@ -1,10 +1,11 @@
 /* GGML block-quantized linears and embedding lookups, reading the GGUF blocks as they are stored.
  *
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
- * ggml-common.h. Nothing is re-laid out at load: a work item decodes TILE_N weight rows into a small scratch --
- * unsigned codes (one byte each), a float scale per 16 weights (repeated for every 4 weights, one per VPDPBUSD
- * lane) and a float offset per 16 -- so that every format is value = scale * code + offset, and one dot product
- * serves them all. The scratch stays in L1/L2 while every activation row meets it.
+ * ggml-common.h, or sprig's Q4_G128 (128 weights: AWQ / GPTQ groups, see kernels/ggml_quants.py). Nothing is
+ * re-laid out at load: a work item decodes TILE_N weight rows into a small scratch -- unsigned codes (one byte
+ * each), a float scale per 16 weights (repeated for every 4 weights, one per VPDPBUSD lane) and a float offset per
+ * 16 -- so that every format is value = scale * code + offset, and one dot product serves them all. The scratch
+ * stays in L1/L2 while every activation row meets it.
  *
  * Activations are quantized per block of 32, as llama.cpp's q8_0: xs = max|x| / 127, c = rint(clamp(x * 127 /
  * max|x|, -127, 127)), padding c = 0. Then per group g of 16 weights
@@ -35,7 +36,8 @@
 #include "kernels.h"
 #include "vnni.h"
 
-enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };  /* GGML type ids */
+/* GGML type ids, and sprig's own Q4_G128 (AWQ / GPTQ groups: fp16 scale, uint8 zero, pad, 64 bytes of codes) */
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q4_G128 = 1000 };
 
 #define CHUNK 64   /* weights per VPDPBUSD zmm; rows are decoded padded to whole chunks */
 #define TILE_N 8   /* weight rows one work item decodes, then meets every activation row with */
@@ -58,6 +60,7 @@ static int format_of(int qtype, Format *f) {
         case T_Q4_K: *f = (Format){256, 144, -1}; return 0;
         case T_Q5_K: *f = (Format){256, 176, -1}; return 0;
         case T_Q6_K: *f = (Format){256, 210, 32}; return 0;
+        case T_Q4_G128: *f = (Format){128, 68, -1}; return 0;  /* the zero is per block: an offset */
         default: return 1;
     }
 }
@@ -202,6 +205,14 @@ static inline __attribute__((always_inline)) void decode_block(const int qtype, 
             }
             return;
         }
+        case T_Q4_G128: {
+            /* z * s is exact in float (an 8-bit zero times an 11-bit fp16 mantissa), and so is
+             * s * q + (-z s) in bq_embedding: the reference's s * (q - z) bit for bit */
+            const float s = f16_to_float(b), o = -((float)b[2] * s);
+            nibbles(b + 4, 4, c);
+            for (int g = 0; g < 8; g++) put_group(d, g0 + g, rep, s, o);
+            return;
+        }
         default: return;
     }
 }
@@ -221,6 +232,7 @@ static inline __attribute__((always_inline)) void decode_row(int qtype, Format f
         case T_Q4_K: decode_blocks(T_Q4_K, f, row, k, d, rep); break;
         case T_Q5_K: decode_blocks(T_Q5_K, f, row, k, d, rep); break;
         case T_Q6_K: decode_blocks(T_Q6_K, f, row, k, d, rep); break;
+        case T_Q4_G128: decode_blocks(T_Q4_G128, f, row, k, d, rep); break;
         default: break;
     }
     memset(d.codes + k, 0, (size_t)(kp - k));
