@@ -18,8 +18,10 @@ from tqdm import tqdm
 from sprig.kernels.backend import get_kernels
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
+from sprig.runtime.model.block_quant import BlockQuantLinear
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -68,9 +70,18 @@ def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
     return DTYPES[key]
 
 
-def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None) -> dict[str, Target]:
-    """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor."""
+def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None, int4: Int4Format | None = None
+                    ) -> dict[str, Target]:
+    """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor, an AWQ / GPTQ one
+    replaces each quantized linear's weight by its parts (`Int4Format.parts`)."""
     targets = _plain_targets(model)
+    if int4 is not None:
+        for name, target in list(targets.items()):
+            if isinstance(target.module, BlockQuantLinear) and target.attr == "weight":
+                del targets[name]
+                for part in int4.parts:
+                    targets[name.removesuffix("weight") + part] = Target(target.module, part, target.row_start,
+                                                                         target.rows, target.source)
     if fp8 is not None:
         for name, target in list(targets.items()):
             if isinstance(target.module, Fp8Linear) and target.attr == "weight":
@@ -213,11 +224,14 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
     tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
+    int4: Int4Format | None = None,
 ) -> CausalLM:
     ops = get_kernels(backend, device)
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, ops, tp, stage)
-        if quantization == "int8":
+        if int4 is not None:
+            use_int4_linears(model, dtype)
+        elif quantization == "int8":
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
@@ -255,6 +269,13 @@ def load_model(
     if quantization is not None and quantization not in QUANTIZATION_METHODS:
         raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
     fp8 = Fp8Format.from_config(folder)
+    int4 = Int4Format.from_config(folder)
+    if int4 is not None and quantization is not None:
+        raise CheckpointError(f"the checkpoint is {int4.method.value} 4-bit already; --quantization {quantization} "
+                              "cannot apply to it")
+    if int4 is not None and tp is not None and tp.enabled:
+        raise CheckpointError(f"{int4.method.value} weights with tensor parallelism are not supported yet; use "
+                              "--tp-size 1")
     if fp8 is not None and quantization not in (None, "fp8"):
         raise CheckpointError(f"the checkpoint is fp8 already; --quantization {quantization} cannot apply to it")
     kept = [name for name in fp8.ignore if name != "lm_head"] if fp8 is not None else []
@@ -265,10 +286,11 @@ def load_model(
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage)
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4)
     except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
-    targets = _weight_targets(model, fp8)
+    targets = _weight_targets(model, fp8, int4)
+    parts = Int4Loader(int4) if int4 is not None else None
     loaded: set[str] = set()
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
@@ -289,8 +311,14 @@ def load_model(
                     if name not in targets:
                         unexpected.append(name)
                         continue
-                    tensor = _read(f, name, targets[name].source)
-                    _copy_into(targets[name], name, tensor, fp8)
+                    target = targets[name]
+                    tensor = _read(f, name, target.source)
+                    if parts is not None and target.attr in parts.fmt.parts:
+                        assert isinstance(target.module, BlockQuantLinear)  # _weight_targets made it so
+                        rows = target.module.out_features if target.rows is None else target.rows
+                        parts.take(name, target.attr, target.module, target.row_start, rows, tensor)
+                    else:
+                        _copy_into(target, name, tensor, fp8)
                     bar.update(tensor.numel() * tensor.element_size())
                     loaded.add(name)
         except SafetensorError as e:
@@ -303,7 +331,12 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    if parts is not None:
+        parts.finish()
     _pack_int8_linears(model, device)
+    for m in model.modules():
+        if isinstance(m, BlockQuantLinear) and torch.device(device).type == "cpu":
+            m.pack_for_cpu()
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -339,6 +372,9 @@ def _linear_label(module: nn.Module) -> str | None:
         if module.isa is not None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
+    if isinstance(module, BlockQuantLinear):
+        return f"ggml {module.qtype.name.lower()} " + ("(torch dequantize)" if module.isa is None
+                                                       else f"({module.isa.name.lower()})")
     return "fp8" if isinstance(module, Fp8Linear) else None
 
 
@@ -353,8 +389,8 @@ def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
     if model.lm_head is None:
         return "the LM head is the tied embedding, multiplied by F.linear"
-    labels = {_linear_label(m) for m in model.modules() if isinstance(m, Linear | Int8Linear | Fp8Linear)
-              and not _in_c(m)}
+    kinds = Linear | Int8Linear | Fp8Linear | BlockQuantLinear
+    labels = {_linear_label(m) for m in model.modules() if isinstance(m, kinds) and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 
 
