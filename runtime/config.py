@@ -188,7 +188,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
                         help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
-                             "quantize activations per token too) or fp8 (e4m3, per row); fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+                             "quantize activations per token too), fp8 (e4m3, per row), or GGML blocks kept quantized in "
+                             "memory, the embedding and LM head too: q8_0, q4_0 or q4_1 (32 weights a block); fp8 "
+                             "checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
     parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
                         help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
                              "and head (about half the bytes per token)")

@@ -46,7 +46,9 @@ def test_embedding_rows_and_the_tied_head_share_one_copy(qtype):
     emb.load_raw(0, raw)
     ids = torch.tensor([[3, 0, 63], [3, 5, 7]])
     table = dequantize(raw, qtype, 256)
-    assert torch.equal(emb(ids), table[ids])
+    assert torch.equal(emb(ids), table[ids])  # the torch path
+    emb.pack_for_cpu()
+    assert torch.equal(emb(ids), table[ids])  # the C kernel, where it is built
     head = emb.tied_head()
     assert head.weight is emb.weight and head.out_features == 64
     x = torch.randn(2, 256)

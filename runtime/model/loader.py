@@ -16,9 +16,15 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
+from sprig.kernels.ggml_quants import GGMLType
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
-from sprig.runtime.model.block_quant import BlockQuantLinear
+from sprig.runtime.model.block_quant import (
+    BlockQuantEmbedding,
+    BlockQuantLinear,
+    RawRows,
+    block_quantization,
+)
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
@@ -103,7 +109,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
     if model.norm is not None:
         targets["model.norm.weight"] = Target(model.norm, "weight")
-    if model.lm_head is not None:
+    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied block-quantized head is the table
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
     q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
@@ -187,6 +193,24 @@ def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> 
                     setattr(parent, name, Fp8Linear(in_f, out_f, child.bias is not None, dtype, col_block))
 
 
+def _block_quant_model(model: CausalLM, dtype: torch.dtype, qtype: GGMLType) -> None:
+    """Every linear (the LM head too) as a `BlockQuantLinear` and the embedding as a `BlockQuantEmbedding`, all
+    `qtype`; a tied LM head is attached after `to_empty` (`_tie_block_quant_head`), sharing the table's bytes."""
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, Linear):
+                out_f, in_f = child.weight.shape
+                setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
+    if model.embed_tokens is not None:
+        rows, dim = model.embed_tokens.weight.shape
+        model.embed_tokens = BlockQuantEmbedding(rows, dim, qtype, dtype)  # type: ignore[assignment]
+
+
+def _tie_block_quant_head(model: CausalLM) -> None:
+    if isinstance(model.embed_tokens, BlockQuantEmbedding) and model.cfg.tie_word_embeddings and model.stage.last:
+        model.lm_head = model.embed_tokens.tied_head()  # type: ignore[assignment]
+
+
 def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
     """The whole tensor, or only this rank's slice of it (read through the memory map, never in full)."""
     if source is None:
@@ -204,6 +228,12 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
     dest = param.data[target.row_start : target.row_start + rows]
+    if isinstance(target.module, RawRows) and target.attr == "weight":
+        if tuple(tensor.shape) != (rows, target.module.in_features):
+            raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected "
+                                  f"{(rows, target.module.in_features)}")
+        target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
+        return
     if target.attr == "weight_scale":
         assert fp8 is not None and isinstance(target.module, Fp8Linear)  # scale targets: fp8 checkpoints only
         tensor = expand_scale(tensor, fp8, (rows, int(target.module.weight.shape[1])), name)
@@ -235,7 +265,10 @@ def _build_empty_model(
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
+        elif (qtype := block_quantization(quantization)) is not None:
+            _block_quant_model(model, dtype, qtype)
     model = model.to_empty(device=device)
+    _tie_block_quant_head(model)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
     for m in model.modules():
@@ -284,6 +317,9 @@ def load_model(
                               f"supported: {_short_list(kept)}")
     if (fp8 is not None or quantization == "fp8") and tp is not None and tp.enabled:
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
+    if block_quantization(quantization) is not None and tp is not None and tp.enabled:
+        raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
+                              "--tp-size 1")
     files = _safetensors_files(folder)
     try:
         model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4)
@@ -334,9 +370,10 @@ def load_model(
     if parts is not None:
         parts.finish()
     _pack_int8_linears(model, device)
-    for m in model.modules():
-        if isinstance(m, BlockQuantLinear) and torch.device(device).type == "cpu":
-            m.pack_for_cpu()
+    if torch.device(device).type == "cpu":
+        for m in model.modules():
+            if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
+                m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -373,8 +410,8 @@ def _linear_label(module: nn.Module) -> str | None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
     if isinstance(module, BlockQuantLinear):
-        return f"ggml {module.qtype.name.lower()} " + ("(torch dequantize)" if module.isa is None
-                                                       else f"({module.isa.name.lower()})")
+        kernel = "dequantize + F.linear" if module.isa is None else module.isa.name.lower()
+        return f"{module.qtype.name.lower()} ({kernel})"
     return "fp8" if isinstance(module, Fp8Linear) else None
 
 
@@ -382,15 +419,16 @@ def _in_c(module: nn.Module) -> bool:
     """Whether a linear layer runs one of sprig's C kernels (which a CPU graph can replay)."""
     if isinstance(module, Linear):
         return module.kernel in (LinearKernel.AMX, LinearKernel.VEC)
-    return isinstance(module, Int8Linear) and module.isa is not None
+    return isinstance(module, Int8Linear | BlockQuantLinear) and module.isa is not None
 
 
 def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
     if model.lm_head is None:
         return "the LM head is the tied embedding, multiplied by F.linear"
-    kinds = Linear | Int8Linear | Fp8Linear | BlockQuantLinear
-    labels = {_linear_label(m) for m in model.modules() if isinstance(m, kinds) and not _in_c(m)}
+    labels = {_linear_label(m) for m in model.modules()
+              if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
+              and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 
 
