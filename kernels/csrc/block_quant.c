@@ -3,8 +3,9 @@
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
  * ggml-common.h, or sprig's Q4_G128 (128 weights: AWQ / GPTQ groups, see kernels/ggml_quants.py). Nothing is
  * re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py has the measurements):
- *  - decode sizes (m <= 16) on AVX512_VNNI, Q4_0 / Q4_1 / Q8_0: `direct_rows` reads two blocks into one zmm of
- *    codes and spreads their scales over the lanes in registers, against up to 4 activation rows;
+ *  - decode sizes (m <= 16) on AVX512_VNNI, Q4_0 / Q4_1 / Q8_0 / Q4_G128: `direct_rows` reads two blocks (half a
+ *    Q4_G128 block) into one zmm of codes and spreads their scales over the lanes in registers, against up to 4
+ *    activation rows;
  *  - prefill sizes (m >= 12) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
  *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
  *  - otherwise (K-quants at decode sizes, fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
@@ -410,11 +411,17 @@ static DotFn dot_for(int isa) {
 }
 
 /* ---- 32-weight blocks on AVX512_VNNI, read straight from the rows (decode sizes: each weight meets few rows) ----
- * Two blocks make one zmm of codes; their scales and offsets are spread over the lanes in registers. */
+ * Two blocks make one zmm of codes; their scales and offsets are spread over the lanes in registers. A Q4_G128
+ * block is two zmm: the low nibbles of its 64 code bytes (weights 0..63), then the high ones (64..127). */
 #if defined(HAVE_VNNI512)
 #define DIRECT_MAX_M 16  /* more activation rows: decoding into the scratch once per tile pays */
 
-static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1) {
+static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1,
+                                                            const int half) {
+    if (qtype == T_Q4_G128) {
+        const __m512i v = _mm512_loadu_si512(b0 + 4);
+        return _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+    }
     if (qtype == T_Q8_0) {
         const __m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + 2)), q1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
         return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), _mm512_set1_epi8((char)0x80));
@@ -430,6 +437,12 @@ static inline __attribute__((always_inline)) __m512i codes64(const int qtype, co
 
 static inline __attribute__((always_inline)) void scales64(const int qtype, const uint8_t *b0, const uint8_t *b1,
                                                            __m512 *scale, __m512 *offset) {
+    if (qtype == T_Q4_G128) {
+        const float d = f16_to_float(b0);
+        *scale = _mm512_set1_ps(d);
+        *offset = _mm512_set1_ps(-((float)b0[2] * d));  /* exact, as in decode_block */
+        return;
+    }
     uint32_t u0, u1;  /* d (and Q4_1's m) of each block */
     memcpy(&u0, b0, 4);
     memcpy(&u1, b1, 4);
@@ -447,8 +460,9 @@ static inline __attribute__((always_inline)) void direct_rows(const int qtype, c
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t t = 0; t < kp / CHUNK; t++) {
-        const uint8_t *b0 = row + 2 * t * bytes, *b1 = 2 * t + 1 < blocks ? b0 + bytes : b0;
-        const __m512i z = codes64(qtype, b0, b1);
+        const int g128 = qtype == T_Q4_G128;  /* chunk t is half t % 2 of block t / 2 (k is whole blocks: kp == k) */
+        const uint8_t *b0 = row + (g128 ? t / 2 : 2 * t) * bytes, *b1 = !g128 && 2 * t + 1 < blocks ? b0 + bytes : b0;
+        const __m512i z = codes64(qtype, b0, b1, (int)(t & 1));
         __m512 scale, offset;
         scales64(qtype, b0, b1, &scale, &offset);
         for (int r = 0; r < rows; r++) {
@@ -472,6 +486,7 @@ static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes,
     }
     if (qtype == T_Q4_0) DIRECT(T_Q4_0)
     if (qtype == T_Q4_1) DIRECT(T_Q4_1)
+    if (qtype == T_Q4_G128) DIRECT(T_Q4_G128)
     DIRECT(T_Q8_0)
 #undef DIRECT
 }
@@ -620,7 +635,8 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
     for (int64_t r = 0; r < m; r++) quantize_act((const char *)a + r * lda * elem, dtype, k, kp, act_at(&job, r));
     int failed = 0;
 #if defined(HAVE_VNNI512)
-    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M && (qtype == T_Q4_0 || qtype == T_Q4_1 || qtype == T_Q8_0)) {
+    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M
+        && (qtype == T_Q4_0 || qtype == T_Q4_1 || qtype == T_Q8_0 || qtype == T_Q4_G128)) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (tiles >= 2 * nthreads && nthreads > 1)
         for (int64_t t = 0; t < tiles; t++) run_direct(&job, t);
         free(acts);
