@@ -3,12 +3,12 @@
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
  * ggml-common.h, or sprig's Q4_G128 (128 weights: AWQ / GPTQ groups, see kernels/ggml_quants.py). Nothing is
  * re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py has the measurements):
- *  - decode sizes (m <= 16) on AVX512_VNNI, Q4_0 / Q4_1 / Q8_0 / Q4_G128: `direct_rows` reads two blocks (half a
- *    Q4_G128 block) into one zmm of codes and spreads their scales over the lanes in registers, against up to 4
- *    activation rows;
+ *  - decode sizes (m <= 16) on AVX512_VNNI: `direct_rows` reads 64 weights at a time (two 32-weight blocks, a
+ *    quarter of a K-quant super-block or half a Q4_G128 block) into one zmm of codes and spreads their scales and
+ *    offsets over the lanes in registers, against up to 4 activation rows;
  *  - prefill sizes (m >= 12) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
  *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
- *  - otherwise (K-quants at decode sizes, fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
+ *  - otherwise (fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
  *    a work item decodes TILE_N weight rows into a scratch -- unsigned codes, a float scale per 16 weights
  *    (repeated per 4, one per VPDPBUSD lane) and a float offset per 16 -- so every format is value = scale * code
  *    + offset, and one dot product per path serves them all.
@@ -410,18 +410,12 @@ static DotFn dot_for(int isa) {
     return dot_portable;
 }
 
-/* ---- 32-weight blocks on AVX512_VNNI, read straight from the rows (decode sizes: each weight meets few rows) ----
- * Two blocks make one zmm of codes; their scales and offsets are spread over the lanes in registers. A Q4_G128
- * block is two zmm: the low nibbles of its 64 code bytes (weights 0..63), then the high ones (64..127). */
+/* ---- AVX512_VNNI, the blocks read straight from the rows (decode sizes: each weight meets few rows) ----
+ * 64 weights make one zmm of codes; their scales and offsets are spread over the lanes in registers. */
 #if defined(HAVE_VNNI512)
 #define DIRECT_MAX_M 16  /* more activation rows: decoding into the scratch once per tile pays */
 
-static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1,
-                                                            const int half) {
-    if (qtype == T_Q4_G128) {
-        const __m512i v = _mm512_loadu_si512(b0 + 4);
-        return _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
-    }
+static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1) {
     if (qtype == T_Q8_0) {
         const __m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + 2)), q1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
         return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), _mm512_set1_epi8((char)0x80));
@@ -437,12 +431,6 @@ static inline __attribute__((always_inline)) __m512i codes64(const int qtype, co
 
 static inline __attribute__((always_inline)) void scales64(const int qtype, const uint8_t *b0, const uint8_t *b1,
                                                            __m512 *scale, __m512 *offset) {
-    if (qtype == T_Q4_G128) {
-        const float d = f16_to_float(b0);
-        *scale = _mm512_set1_ps(d);
-        *offset = _mm512_set1_ps(-((float)b0[2] * d));  /* exact, as in decode_block */
-        return;
-    }
     uint32_t u0, u1;  /* d (and Q4_1's m) of each block */
     memcpy(&u0, b0, 4);
     memcpy(&u1, b1, 4);
@@ -452,19 +440,79 @@ static inline __attribute__((always_inline)) void scales64(const int qtype, cons
     else *offset = _mm512_mul_ps(*scale, _mm512_set1_ps(qtype == T_Q4_0 ? -8.0f : -128.0f));
 }
 
-/* Weight row `row` against activation rows acts[0 .. rows); a padding half block reads block b0 again and meets
- * zero activations (codes, scales and sums are all zero there). */
+/* Q4_K / Q5_K / Q6_K: chunk j (64 weights) of the super-block at b. */
+static inline __attribute__((always_inline)) __m512i k_chunk64(const int qtype, const uint8_t *b, int j,
+                                                               __m512 *scale, __m512 *offset) {
+    const __m512i nibble = _mm512_set1_epi8(15);
+    if (qtype == T_Q6_K) {  /* 4 groups of 16, codes 0..63 from 4 low bits in ql and 2 high bits in qh */
+        uint32_t sc4;
+        memcpy(&sc4, b + 192 + 4 * j, 4);
+        const __m128 s4 = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128((int)sc4))),
+                                     _mm_set1_ps(f16_to_float(b + 208)));
+        *scale = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                       _mm512_castps128_ps512(s4));
+        *offset = _mm512_mul_ps(*scale, _mm512_set1_ps(-32.0f));
+        const int half = j / 2, upper = j % 2;  /* upper: the high nibbles, qh bits 4-7 */
+        const __m512i ql = _mm512_loadu_si512(b + 64 * half);
+        const __m512i low = _mm512_and_si512(upper ? _mm512_srli_epi16(ql, 4) : ql, nibble);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * half));
+        const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * upper)),
+                                                  _mm256_set1_epi16((short)(4 * upper + 2)), 1);
+        const __m512i high = _mm512_and_si512(
+            _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), shifts), _mm512_set1_epi8(3));
+        return _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+    }
+    int sc0, m0, sc1, m1;  /* sub-blocks 2j (lanes 0-7) and 2j + 1 (lanes 8-15) */
+    scale_min_k4(b + 4, 2 * j, &sc0, &m0);
+    scale_min_k4(b + 4, 2 * j + 1, &sc1, &m1);
+    const float d = f16_to_float(b), dmin = f16_to_float(b + 2);
+    *scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d * (float)sc0), _mm512_set1_ps(d * (float)sc1));
+    *offset = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(-(dmin * (float)m0)), _mm512_set1_ps(-(dmin * (float)m1)));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b + (qtype == T_Q4_K ? 16 : 48) + 32 * j));
+    __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    codes = _mm512_and_si512(codes, nibble);
+    if (qtype == T_Q5_K) {  /* the fifth bit: bit 2j (2j + 1) of qh[i] for weight i of sub-block 2j (2j + 1) */
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
+                                                  _mm256_set1_epi16((short)(2 * j + 1)), 1);
+        const __m512i bit = _mm512_and_si512(
+            _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), shifts), _mm512_set1_epi8(1));
+        codes = _mm512_or_si512(codes, _mm512_slli_epi16(bit, 4));
+    }
+    return codes;
+}
+
+/* Half `half` of a Q4_G128 block: the low nibbles of its 64 code bytes (weights 0..63), or the high ones. */
+static inline __attribute__((always_inline)) __m512i g128_chunk64(const uint8_t *b, int half, __m512 *scale,
+                                                                  __m512 *offset) {
+    const float d = f16_to_float(b);
+    *scale = _mm512_set1_ps(d);
+    *offset = _mm512_set1_ps(-((float)b[2] * d));  /* exact, as in decode_block */
+    const __m512i v = _mm512_loadu_si512(b + 4);
+    return _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+}
+
+/* Chunk t (64 weights) of a row: its codes, and its scales and offsets spread over the 16 lanes. */
+static inline __attribute__((always_inline)) __m512i chunk64(const int qtype, const uint8_t *row, int64_t t,
+                                                             int64_t blocks, int bytes, __m512 *scale, __m512 *offset) {
+    if (qtype == T_Q4_G128) return g128_chunk64(row + t / 2 * bytes, (int)(t % 2), scale, offset);
+    if (qtype == T_Q4_K || qtype == T_Q5_K || qtype == T_Q6_K)
+        return k_chunk64(qtype, row + t / 4 * bytes, (int)(t % 4), scale, offset);
+    /* a padding half block reads block b0 again and meets zero activations (codes, scales and sums are zero) */
+    const uint8_t *b0 = row + 2 * t * bytes, *b1 = 2 * t + 1 < blocks ? b0 + bytes : b0;
+    scales64(qtype, b0, b1, scale, offset);
+    return codes64(qtype, b0, b1);
+}
+
+/* Weight row `row` (of `blocks` blocks) against activation rows acts[0 .. rows). */
 static inline __attribute__((always_inline)) void direct_rows(const int qtype, const uint8_t *row, int64_t blocks,
                                                               int bytes, const Act *acts, const int rows, int64_t kp,
                                                               float *out) {
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t t = 0; t < kp / CHUNK; t++) {
-        const int g128 = qtype == T_Q4_G128;  /* chunk t is half t % 2 of block t / 2 (k is whole blocks: kp == k) */
-        const uint8_t *b0 = row + (g128 ? t / 2 : 2 * t) * bytes, *b1 = !g128 && 2 * t + 1 < blocks ? b0 + bytes : b0;
-        const __m512i z = codes64(qtype, b0, b1, (int)(t & 1));
         __m512 scale, offset;
-        scales64(qtype, b0, b1, &scale, &offset);
+        const __m512i z = chunk64(qtype, row, t, blocks, bytes, &scale, &offset);
         for (int r = 0; r < rows; r++) {
             const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, _mm512_loadu_si512(acts[r].codes + t * CHUNK));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_loadu_ps(acts[r].lane_scale + t * 16)),
@@ -484,10 +532,15 @@ static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes,
         case 3: direct_rows(T, row, blocks, bytes, acts, 3, kp, out); return;       \
         default: direct_rows(T, row, blocks, bytes, acts, 4, kp, out); return;      \
     }
-    if (qtype == T_Q4_0) DIRECT(T_Q4_0)
-    if (qtype == T_Q4_1) DIRECT(T_Q4_1)
-    if (qtype == T_Q4_G128) DIRECT(T_Q4_G128)
-    DIRECT(T_Q8_0)
+    switch (qtype) {
+        case T_Q4_0: DIRECT(T_Q4_0)
+        case T_Q4_1: DIRECT(T_Q4_1)
+        case T_Q8_0: DIRECT(T_Q8_0)
+        case T_Q4_K: DIRECT(T_Q4_K)
+        case T_Q5_K: DIRECT(T_Q5_K)
+        case T_Q4_G128: DIRECT(T_Q4_G128)
+        default: DIRECT(T_Q6_K)
+    }
 #undef DIRECT
 }
 #endif
@@ -605,7 +658,8 @@ static void run_direct(const Job *job, int64_t t) {
         const int rows = job->m - r0 < 4 ? (int)(job->m - r0) : 4;
         for (int r = 0; r < rows; r++) acts[r] = act_at(job, r0 + r);
         for (int64_t col = n0; col < n1; col++) {
-            direct_row(job->qtype, job->w + col * job->row_bytes, job->k / 32, job->f.bytes, acts, rows, job->kp, y);
+            direct_row(job->qtype, job->w + col * job->row_bytes, job->k / job->f.block, job->f.bytes, acts, rows,
+                       job->kp, y);
             for (int r = 0; r < rows; r++) store(job, r0 + r, col, y[r]);
         }
     }
@@ -635,8 +689,7 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
     for (int64_t r = 0; r < m; r++) quantize_act((const char *)a + r * lda * elem, dtype, k, kp, act_at(&job, r));
     int failed = 0;
 #if defined(HAVE_VNNI512)
-    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M
-        && (qtype == T_Q4_0 || qtype == T_Q4_1 || qtype == T_Q8_0 || qtype == T_Q4_G128)) {
+    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (tiles >= 2 * nthreads && nthreads > 1)
         for (int64_t t = 0; t < tiles; t++) run_direct(&job, t);
         free(acts);
