@@ -210,6 +210,21 @@ def test_bf16_and_fp16_models_match_the_dequantized_model_in_that_dtype(layout, 
     assert rel < 1e-2 if LAYOUTS[name][2] else rel == 0, rel
 
 
+@pytest.mark.parametrize("layout_name", ["awq", "gptq-v2-act-order"])
+def test_qwen2_with_qkv_bias_and_a_tied_head(tmp_path, layout_name):
+    """q/k/v biases stay in the model dtype beside the Q4_G128 weight; the tied embedding stays full precision."""
+    recipe = CheckpointRecipe("tiny-qwen2-g128", "Qwen2ForCausalLM", hidden_size=256, num_heads=4, num_kv_heads=2,
+                              intermediate_size=384, initializer_range=0.05, attention_bias=True,
+                              tie_word_embeddings=True, seed=22)
+    folder, deq = write_int4_checkpoint(checkpoint_path(recipe), tmp_path / "int4", layout_name)
+    full = dequantized_checkpoint(folder, tmp_path / "dequantized", deq)
+    model = load_model(folder, "float32")
+    assert model.layers[0].self_attn.qkv_proj.bias is not None
+    want, got = _logits(full), _logits(folder)
+    kernel = ((got - want).abs().max() / want.abs().max()).item()
+    assert kernel < 3e-2, kernel  # the module docstring's kernel bound
+
+
 @pytest.fixture(scope="module")
 def act_order(base, tmp_path_factory) -> Path:
     return write_int4_checkpoint(base, tmp_path_factory.mktemp("act-order") / "int4", "gptq-v1-act-order")[0]
