@@ -37,7 +37,7 @@ GROUP = 128  # the group size Q4_G128 holds
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # the output column each nibble of an AWQ word holds
 AWQ_NIBBLE = tuple(AWQ_ORDER.index(c) for c in range(8))  # the nibble that holds column c
 SHIFTS = torch.arange(0, 32, 4, dtype=torch.int32)
-COLUMN_CHUNK = 1024  # output columns converted at a time (bounds the unpacked codes' size)
+COLUMN_CHUNK = 256  # output columns converted at a time (bounds the unpacked codes' size)
 GPTQ_FORMATS = {"gptq": 1, "gptq_v2": 0}  # checkpoint_format → what is added to a stored zero
 
 
