@@ -7,12 +7,12 @@ dequantized weight, s * (q - z) with its own codes, zeros and scales.
 
 Bounds: on the torch path (SPRIG_CPU_ISA=none) each layer dequantizes exactly and multiplies in float32, so it
 differs from x @ W^T by summation order only: 1e-5 * sum|w x| per output. The C kernel quantizes the activations
-per 32 to 8 bits: its bound is test_cpu_block_quant's derived one, over the columns in the order the kernel reads
-them. Whole model (64 positions) against the full-precision model built from the dequantized weights: the torch
-path to 1e-5 of the largest logit (measured 0 without act-order, 1.05e-6 with its gather: float32 summation order);
-the kernel path within 3e-2 of it with the same greedy token at >= 90% of positions (measured 1.92e-2 / 95.3%
-without act-order, 1.75e-2 / 98.4% with: about 0.5% relative error from each linear's 8-bit activations, over two
-layers of four linears; the same q8_0 activations as llama.cpp's 4-bit kernels).
+per 32 to an int8 code and a residual int8 code: its bound is test_cpu_block_quant's derived one, over the columns
+in the order the kernel reads them. Whole model (64 positions) against the full-precision model built from the
+dequantized weights: the torch path to 1e-5 of the largest logit (measured 0 without act-order, 1.05e-6 with its
+gather: float32 summation order); the kernel path within KERNEL_REL = 5e-4 of it with the same greedy token at
+>= 98% of positions (measured 1.54e-4 without act-order, 1.32e-4 with, 100% top-1: each activation's error is at
+most xs / 256; with q8_0's xs / 2 the same models measured 1.92e-2 / 1.75e-2, 128 times more, as the codes say).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_at
          "self_attn.o_proj": ("self_attn.o_proj",), "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
          "mlp.down_proj": ("mlp.down_proj",)}
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # nibble j of an AWQ word holds column AWQ_ORDER[j] of its 8
+KERNEL_REL = 5e-4  # the kernel path's whole-model bound (module docstring)
 IDS = torch.randint(3, 2000, (64,), generator=torch.Generator().manual_seed(5)).tolist()
 # (method, checkpoint_format, desc_act)
 LAYOUTS = {"awq": ("awq", None, False), "gptq-v1": ("gptq", "gptq", False), "gptq-v2": ("gptq", "gptq_v2", False),
@@ -194,7 +195,7 @@ def test_model_logits_match_the_model_of_the_dequantized_weights(layout, path, m
     if path == "torch":
         assert rel < 1e-5, rel
     else:
-        assert rel < 3e-2 and top1 >= 0.9, (rel, top1)
+        assert rel < KERNEL_REL and top1 >= 0.98, (rel, top1)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -222,7 +223,8 @@ def test_qwen2_with_qkv_bias_and_a_tied_head(tmp_path, layout_name):
     assert model.layers[0].self_attn.qkv_proj.bias is not None
     want, got = _logits(full), _logits(folder)
     kernel = ((got - want).abs().max() / want.abs().max()).item()
-    assert kernel < 3e-2, kernel  # the module docstring's kernel bound
+    print(f"qwen2 {layout_name}: rel {kernel:.3g}")
+    assert kernel < KERNEL_REL, kernel
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@ quantized in memory (linears, the embedding, the LM head), computing what the de
 
 Bounds. (1) On the torch path in fp32 the model multiplies by exactly the dequantized weights, so it must give the
 logits of a full-precision checkpoint holding dequantize(quantize(w)) to float32 rounding (1e-5). (2) On the C
-kernel the only further error is the 8-bit activations (per 32 values, as the int8 W8A8 kernel's per row) and
-bf16: the same error class as `--quantization int8`, whose measured bounds (test_reduced_precision.py: rel. 0.16,
-top-1 0.83) apply. (3) Against the original weights, q8_0's weight error is at most max|w| / 254 per block of 32,
+kernel the only further error is the activations' quantization (two codes per value, an error of max|x| / 32512
+per block of 32; the int8 W8A8 kernel's one code per row errs 128 times more) and bf16, so the measured bounds of
+`--quantization int8` (test_reduced_precision.py: rel. 0.16, top-1 0.83) apply with room to spare. (3) Against the original weights, q8_0's weight error is at most max|w| / 254 per block of 32,
 no more than int8's max|w| / 254 per row, but q8_0 also quantizes the embedding and a tied LM head. Measured on
 the four tiny checkpoints (bf16 and fp32): q8_0 rel. 0.048-0.162, top-1 0.906-0.984; int8 0.049-0.141,
 0.875-0.984. The bound leaves test_reduced_precision.py's 1.5x headroom: rel. < 0.25, top-1 >= 0.86. 4-bit weights

@@ -6,18 +6,21 @@
  *  - decode sizes (m <= 16) on AVX512_VNNI: `direct_rows` reads 64 weights at a time (two 32-weight blocks, a
  *    quarter of a K-quant super-block or half a Q4_G128 block) into one zmm of codes and spreads their scales and
  *    offsets over the lanes in registers, against up to 4 activation rows;
- *  - prefill sizes (m >= 12) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
+ *  - prefill sizes (m >= 8) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
  *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
  *  - otherwise (fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
  *    a work item decodes TILE_N weight rows into a scratch -- unsigned codes, a float scale per 16 weights
  *    (repeated per 4, one per VPDPBUSD lane) and a float offset per 16 -- so every format is value = scale * code
  *    + offset, and one dot product per path serves them all.
  *
- * The first and third quantize the activations per block of 32, as llama.cpp's q8_0: xs = max|x| / 127,
- * c = rint(clamp(x * 127 / max|x|, -127, 127)). Then per group g of 16 weights
- *     sum_i (s_g q_i + o_g) x_i  ~=  s_g xs isum_g + o_g (xs csum_g),  isum_g = sum_i q_i c_i,  csum_g = sum_i c_i
- * with the integer sums exact (VPDPBUSD: u8 codes x s8 activations; AVX2: both widened to s16, VPMADDWD) and
- * xs * csum computed once per activation row.
+ * The first and third quantize the activations per block of 32 to two int8 codes each: xs = max|x| / 127,
+ * q = x / xs (so |q| <= 127), c = rint(q) and l = rint(128 (q - c)) in [-64, 64], x ~= xs (c + l / 128), an error
+ * of at most xs / 256 -- 128 times less than llama.cpp's q8_0 (c alone), whose error was enough to flip the first
+ * answer token of SmolLM2-135M (top two logits 0.09 apart). Then per group g of 16 weights
+ *     sum_i (s_g q_i + o_g) x_i  ~=  s_g (xs / 128) isum_g + o_g (xs / 128) csum_g,
+ *     isum_g = sum_i q_i (128 c_i + l_i),  csum_g = sum_i (128 c_i + l_i)
+ * with the integer sums exact (two VPDPBUSD, u8 codes x s8 activation codes, and a shift; AVX2: 128 c + l as
+ * s16, VPMADDWD) and (xs / 128) csum computed once per activation row.
  *
  * `isa` (0 portable, 1 AVX2, 2 AVX-VNNI, 3 AVX512_VNNI: vnni.h, as int8_gemm.c) picks the path; the paths add the
  * floats in different orders, so they agree to a few ulps, not bitwise. `bq_embedding` dequantizes rows exactly as
@@ -254,15 +257,17 @@ static Decoded decoded_at(uint8_t *base, int64_t kp) {
     return (Decoded){base, (float *)(base + kp), (float *)(base + 2 * kp)};
 }
 
-/* ---- activations: per block of 32, codes c, a scale per 4 values (one per lane), xs * sum(c) per 16 ---- */
+/* ---- activations: per block of 32, x ~= xs (c + l / 128) with codes c and residual codes l, a scale xs / 128
+ * per 4 values (one per lane), and the sums of 128 c + l (times that scale) per 16 and per lane ---- */
 typedef struct {
-    int8_t *codes;     /* [kp] */
-    float *lane_scale; /* [kp/4] */
-    float *csum;       /* [kp/16]: xs * the group's code sum */
-    float *lane_csum;  /* [kp/4]: xs * the sum of each lane's 4 codes (the direct 32-weight-block path) */
+    int8_t *codes;     /* [kp]: c = rint(x / xs) */
+    int8_t *low;       /* [kp]: l = rint(128 (x / xs - c)), in [-64, 64] */
+    float *lane_scale; /* [kp/4]: xs / 128 */
+    float *csum;       /* [kp/16]: xs / 128 * the group's sum of 128 c + l */
+    float *lane_csum;  /* [kp/4]: xs / 128 * each lane's sum of 128 c + l (the direct path) */
 } Act;
 
-static size_t act_bytes(int64_t kp) { return (size_t)kp + (size_t)kp + (size_t)kp / 4 + (size_t)kp; }
+static size_t act_bytes(int64_t kp) { return 4 * (size_t)kp + (size_t)kp / 4; }
 
 static inline float load_x(const void *row, int dtype, int64_t i) {
     return dtype ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
@@ -278,13 +283,15 @@ static void quantize_act(const void *x, int dtype, int64_t k, int64_t kp, Act a)
                 if (m > amax) amax = m;
             }
         const int zero = !(amax >= 1e-30f);
-        const float inv = zero ? 0.0f : 127.0f / amax, xs = zero ? 0.0f : amax / 127.0f;
+        const float inv = zero ? 0.0f : 127.0f / amax, xs = zero ? 0.0f : amax / 127.0f / 128.0f;
         int sums[2] = {0, 0}, lanes[8] = {0};
         for (int i = 0; i < 32; i++) {
-            const int c = (int)rintf(fminf(fmaxf(v[i] * inv, -127.0f), 127.0f));
+            const float q = fminf(fmaxf(v[i] * inv, -127.0f), 127.0f), c = rintf(q), l = rintf((q - c) * 128.0f);
             a.codes[b * 32 + i] = (int8_t)c;
-            sums[i / 16] += c;
-            lanes[i / 4] += c;
+            a.low[b * 32 + i] = (int8_t)l;
+            const int both = 128 * (int)c + (int)l;  /* |both| <= 16320: exact in the int32 sums and in float */
+            sums[i / 16] += both;
+            lanes[i / 4] += both;
         }
         for (int l = 0; l < 8; l++) a.lane_csum[b * 8 + l] = xs * (float)lanes[l];
         for (int l = 0; l < 8; l++) a.lane_scale[b * 8 + l] = xs;
@@ -305,7 +312,8 @@ static void dot_portable(const Act *a, const Decoded *w, int nw, int64_t kp, flo
         float acc = 0.0f;
         for (int64_t g = 0; g < kp / 16; g++) {
             int32_t isum = 0;
-            for (int i = 0; i < 16; i++) isum += (int32_t)w[j].codes[16 * g + i] * a->codes[16 * g + i];
+            for (int i = 0; i < 16; i++)
+                isum += (int32_t)w[j].codes[16 * g + i] * (128 * a->codes[16 * g + i] + a->low[16 * g + i]);
             acc += (float)isum * (w[j].scale[4 * g] * a->lane_scale[4 * g]);
         }
         out[j] = acc + offsets(a, &w[j], kp);
@@ -313,6 +321,12 @@ static void dot_portable(const Act *a, const Decoded *w, int nw, int64_t kp, flo
 }
 
 #if defined(HAVE_VNNI512)
+/* Per lane: the sum of 4 codes times their activations' 128 c + l (two VPDPBUSD, one shift). */
+static inline __m512i dot64(__m512i w, __m512i c, __m512i l) {
+    const __m512i zero = _mm512_setzero_si512();
+    return _mm512_add_epi32(_mm512_slli_epi32(_mm512_dpbusd_epi32(zero, w, c), 7), _mm512_dpbusd_epi32(zero, w, l));
+}
+
 static float offsets512(const Act *a, const Decoded *w, int64_t kp) {
     __m512 acc = _mm512_setzero_ps();
     int64_t g = 0;
@@ -328,10 +342,10 @@ static inline __attribute__((always_inline)) void dot_vnni512_n(const Act *a, co
     __m512 acc[4];
     for (int j = 0; j < 4; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t t = 0; t < kp / CHUNK; t++) {
-        const __m512i x = _mm512_loadu_si512(a->codes + t * CHUNK);
+        const __m512i x = _mm512_loadu_si512(a->codes + t * CHUNK), xl = _mm512_loadu_si512(a->low + t * CHUNK);
         const __m512 xs = _mm512_loadu_ps(a->lane_scale + t * 16);
         for (int j = 0; j < nw; j++) {
-            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w[j].codes + t * CHUNK), x);
+            const __m512i s = dot64(_mm512_loadu_si512(w[j].codes + t * CHUNK), x, xl);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_loadu_ps(w[j].scale + t * 16), xs),
                                      acc[j]);
         }
@@ -370,7 +384,9 @@ static void dot_avx2(const Act *a, const Decoded *w, int nw, int64_t kp, float *
         __m256 acc = _mm256_setzero_ps();
         for (int64_t g = 0; g < kp / 16; g++) {
             const __m256i wc = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[j].codes + 16 * g)));
-            const __m256i xc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a->codes + 16 * g)));
+            const __m256i xc = _mm256_add_epi16(
+                _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a->codes + 16 * g))), 7),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a->low + 16 * g))));  /* 128 c + l */
             const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(wc, xc));
             acc = _mm256_fmadd_ps(p, _mm256_set1_ps(w[j].scale[4 * g] * a->lane_scale[4 * g]), acc);
         }
@@ -384,8 +400,10 @@ static void dot_vnni256(const Act *a, const Decoded *w, int nw, int64_t kp, floa
     for (int j = 0; j < nw; j++) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t h = 0; h < kp / 32; h++) {
-            const __m256i s = dpbusd256(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(w[j].codes + 32 * h)),
-                                        _mm256_loadu_si256((const __m256i *)(a->codes + 32 * h)));
+            const __m256i wc = _mm256_loadu_si256((const __m256i *)(w[j].codes + 32 * h)), zero = _mm256_setzero_si256();
+            const __m256i s = _mm256_add_epi32(
+                _mm256_slli_epi32(dpbusd256(zero, wc, _mm256_loadu_si256((const __m256i *)(a->codes + 32 * h))), 7),
+                dpbusd256(zero, wc, _mm256_loadu_si256((const __m256i *)(a->low + 32 * h))));
             const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(w[j].scale + 8 * h), _mm256_loadu_ps(a->lane_scale + 8 * h));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc);
         }
@@ -514,7 +532,8 @@ static inline __attribute__((always_inline)) void direct_rows(const int qtype, c
         __m512 scale, offset;
         const __m512i z = chunk64(qtype, row, t, blocks, bytes, &scale, &offset);
         for (int r = 0; r < rows; r++) {
-            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, _mm512_loadu_si512(acts[r].codes + t * CHUNK));
+            const __m512i s = dot64(z, _mm512_loadu_si512(acts[r].codes + t * CHUNK),
+                                    _mm512_loadu_si512(acts[r].low + t * CHUNK));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_loadu_ps(acts[r].lane_scale + t * 16)),
                                      acc[r]);
             acc[r] = _mm512_fmadd_ps(offset, _mm512_loadu_ps(acts[r].lane_csum + t * 16), acc[r]);
@@ -561,7 +580,8 @@ typedef struct {
 static Act act_at(const Job *job, int64_t r) {
     uint8_t *base = (uint8_t *)job->acts + (size_t)r * act_bytes(job->kp);
     const int64_t kp = job->kp;
-    return (Act){(int8_t *)base, (float *)(base + kp), (float *)(base + 2 * kp), (float *)(base + 2 * kp + kp / 4)};
+    return (Act){(int8_t *)base, (int8_t *)(base + kp), (float *)(base + 2 * kp), (float *)(base + 3 * kp),
+                 (float *)(base + 3 * kp + kp / 4)};
 }
 
 static void store(const Job *job, int64_t r, int64_t col, float y) {
@@ -576,7 +596,7 @@ static void store(const Job *job, int64_t r, int64_t col, float y) {
  * paid once per weight, the product runs at the bf16 kernel's speed (no activation quantization at all). */
 #if defined(HAVE_VNNI512) && defined(__AVX512BF16__)
 #define WIDE 1
-#define WIDE_MIN_M 12  /* fewer rows: the direct / q8 paths are faster (measured, kernels/cpu_block_quant.py) */
+#define WIDE_MIN_M 8  /* fewer rows: the direct / q8 paths are faster (measured, kernels/cpu_block_quant.py) */
 #define WIDE_N 64      /* weight rows per work item: four 16-row panels */
 #define PANEL_ROWS 16
 int vec_gemm_best_isa(void);
