@@ -309,3 +309,19 @@ def test_quantization_flags_and_shapes_that_cannot_apply(awq, tiny_paths, tmp_pa
     config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
     (folder / "config.json").write_text(json.dumps(config))
     _one_line_error(folder, "Q4_G128 rows hold multiples of 128 weights, not 64")
+
+
+def test_a_layer_split_over_two_shards_loads(awq, tmp_path):
+    """A linear's qweight and its qzeros / scales in different safetensors shards (the loader waits for all)."""
+    folder = tmp_path / "sharded"
+    shutil.copytree(awq, folder)
+    tensors = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    first = {k: v for k, v in tensors.items() if k.endswith(".qweight")}
+    rest = {k: v for k, v in tensors.items() if k not in first}
+    save_file(first, str(folder / "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
+    save_file(rest, str(folder / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in first}
+    weight_map.update({k: "model-00002-of-00002.safetensors" for k in rest})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert torch.equal(_logits(folder), _logits(awq))
