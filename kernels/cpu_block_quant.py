@@ -1,7 +1,8 @@
 """GGML block-quantized linears and embedding lookups through sprig's C kernel (`kernels/csrc/block_quant.c`).
 
-The weight stays the GGUF file's blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K; uint8 [N, row_bytes]): nothing is
-re-laid out at load, so the resident weight is the file's bytes.
+The weight stays the GGUF file's blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, and sprig's Q4_G128 that AWQ / GPTQ
+checkpoints become; uint8 [N, row_bytes]): nothing is re-laid out at load, so the resident weight is the file's
+bytes.
 
 Integer activations or bf16 ones? Both, by size, as measured here (Zen 4, one thread, a 1536 x 576 Q4_1 weight,
 the minimum of repeated calls, microseconds; the bf16 vector kernel on a bf16 copy of the weight for scale):
@@ -39,7 +40,8 @@ from sprig.kernels.cpu_int8 import Int8Isa, int8_isa
 from sprig.kernels.cpu_native import DTYPE_CODES, native_kernels
 from sprig.kernels.ggml_quants import GGMLType
 
-KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+                GGMLType.Q4_G128)
 DTYPES = (torch.float32, torch.bfloat16)  # activations / outputs the kernel takes
 MAX_K = 65536
 

@@ -4,7 +4,8 @@ against, and the fallback where they cannot run.
 A 2-D GGML weight [rows, cols] is `rows` rows of `cols / block_size` blocks of `type_size` bytes (the layouts of
 llama.cpp's ggml-common.h). `dequantize` decodes rows to float32 doing the same float32 operations in the same order
 as the `gguf` package's `gguf.quants.dequantize`, so the two agree bit for bit; `quantize` writes Q8_0, Q4_0 and
-Q4_1 blocks bit for bit as `gguf.quants.quantize` does (llama.cpp's reference quantizers).
+Q4_1 blocks bit for bit as `gguf.quants.quantize` does (llama.cpp's reference quantizers). One format is sprig's
+own, not GGML's: Q4_G128 holds AWQ / GPTQ checkpoints' 4-bit groups of 128 exactly (`pack_q4_g128` writes it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class GGMLType(IntEnum):
     Q5_K = 13
     Q6_K = 14
     BF16 = 30
+    # sprig's own (no GGUF file holds it; its id is far above GGML's): 128 weights, fp16 scale d at bytes [0, 2),
+    # zero z (uint8) at byte 2, byte 3 unused, then 64 bytes of codes (byte i: weight i low, weight i + 64 high);
+    # w = d * (q - z), exact in float32. Q4_1's fp16 `m = -z d` would round; a whole byte takes GPTQ v1's z = 16.
+    Q4_G128 = 1000
 
     @property
     def block_size(self) -> int:
@@ -38,6 +43,11 @@ class GGMLType(IntEnum):
     def type_size(self) -> int:
         """Bytes per block."""
         return _SIZES[self][1]
+
+    @property
+    def ggml(self) -> bool:
+        """A GGML type (one a GGUF file can hold), not sprig's own."""
+        return self is not GGMLType.Q4_G128
 
     @property
     def quantized(self) -> bool:
@@ -53,17 +63,20 @@ class GGMLType(IntEnum):
 
 _SIZES = {GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.BF16: (1, 2), GGMLType.Q4_0: (32, 18),
           GGMLType.Q4_1: (32, 20), GGMLType.Q8_0: (32, 34), GGMLType.Q4_K: (QK_K, 144),
-          GGMLType.Q5_K: (QK_K, 176), GGMLType.Q6_K: (QK_K, 210)}
+          GGMLType.Q5_K: (QK_K, 176), GGMLType.Q6_K: (QK_K, 210), GGMLType.Q4_G128: (128, 68)}
 QUANTIZABLE = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1)  # the types `quantize` writes
 
 
 def ggml_type(type_id: int) -> GGMLType:
     """The GGMLType of GGML type id `type_id`; a one-line ValueError naming it when sprig cannot read it."""
     try:
-        return GGMLType(type_id)
+        qtype = GGMLType(type_id)
     except ValueError:
-        supported = ", ".join(t.name for t in GGMLType)
-        raise ValueError(f"GGML tensor type {_ggml_name(type_id)} is not supported (sprig reads {supported})") from None
+        qtype = None
+    if qtype is None or not qtype.ggml:
+        supported = ", ".join(t.name for t in GGMLType if t.ggml)
+        raise ValueError(f"GGML tensor type {_ggml_name(type_id)} is not supported (sprig reads {supported})")
+    return qtype
 
 
 def _ggml_name(type_id: int) -> str:
@@ -140,8 +153,13 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
     return (d * q).reshape(n, QK_K)
 
 
+def _q4_g128(b: torch.Tensor) -> torch.Tensor:
+    zero = b[:, 2:3].float()
+    return _f16(b, 0) * (_nibbles(b[:, 4:], 64).float() - zero)  # q - z and d * (q - z): both exact in float32
+
+
 _DEQUANTIZE = {GGMLType.Q4_0: _q4_0, GGMLType.Q4_1: _q4_1, GGMLType.Q8_0: _q8_0, GGMLType.Q4_K: _q4_k,
-               GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: _q6_k}
+               GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: _q6_k, GGMLType.Q4_G128: _q4_g128}
 
 
 def dequantize(raw: torch.Tensor, qtype: GGMLType, cols: int) -> torch.Tensor:
@@ -220,3 +238,19 @@ def quantize(w: torch.Tensor, qtype: GGMLType) -> torch.Tensor:
     row_bytes = qtype.row_bytes(cols)
     blocks = w.detach().float().reshape(-1, qtype.block_size)
     return _QUANTIZE[qtype](blocks).reshape(rows, row_bytes)
+
+
+def pack_q4_g128(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """4-bit groups of 128 → Q4_G128 rows (uint8 [rows, cols / 128 * 68]): codes [rows, cols] (0..15), zeros
+    [rows, cols / 128] (0..255) and float16 scales [rows, cols / 128], each weight scale * (code - zero)."""
+    rows, cols = codes.shape
+    groups = GGMLType.Q4_G128.row_bytes(cols) // GGMLType.Q4_G128.type_size
+    if zeros.shape != (rows, groups) or scales.shape != (rows, groups) or scales.dtype != torch.float16:
+        raise ValueError(f"Q4_G128 of [{rows}, {cols}] needs zeros and float16 scales [{rows}, {groups}], got "
+                         f"{list(zeros.shape)} and {str(scales.dtype).removeprefix('torch.')} {list(scales.shape)}")
+    q = codes.to(torch.uint8).reshape(rows, groups, 2, 64)
+    out = torch.zeros(rows, groups, GGMLType.Q4_G128.type_size, dtype=torch.uint8)
+    out[:, :, 0:2] = scales.contiguous().view(torch.uint8).view(rows, groups, 2)
+    out[:, :, 2] = zeros.to(torch.uint8)
+    out[:, :, 4:] = q[:, :, 0] | (q[:, :, 1] << 4)
+    return out.reshape(rows, -1)

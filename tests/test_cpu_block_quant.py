@@ -72,6 +72,13 @@ def test_k_quants(isa, qtype, m):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("m", [1, 3, 16, 64, 300])
+@pytest.mark.parametrize(("n", "k"), [(384, 256), (1024, 384), (256, 1024)])
+def test_q4_g128_groups(isa, m, n, k):
+    _check(GGMLType.Q4_G128, m, n, k, isa)  # AWQ / GPTQ's groups of 128: 2, 3 and 8 groups per row
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("qtype", [GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q4_K], ids=lambda t: t.name)
 def test_the_lm_head_shape(isa, qtype):
     k = 768 if qtype is GGMLType.Q4_K else 576  # SmolLM2's 49152 x 576 (a K-quant needs whole super-blocks)

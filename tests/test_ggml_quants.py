@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from sprig.kernels.ggml_quants import QUANTIZABLE, GGMLType, dequantize, ggml_type, quantize
+from sprig.kernels.ggml_quants import QUANTIZABLE, GGMLType, dequantize, ggml_type, pack_q4_g128, quantize
+
+GGML_TYPES = [t for t in GGMLType if t.ggml]  # the gguf package knows these; Q4_G128 is sprig's own
 
 # Byte offsets of each block's float16 fields.
 F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2),
-              GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
+              GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.Q4_G128: (0,)}
 
 
 def random_rows(qtype: GGMLType, rows: int, cols: int, seed: int = 0) -> torch.Tensor:
@@ -33,7 +35,7 @@ def random_rows(qtype: GGMLType, rows: int, cols: int, seed: int = 0) -> torch.T
     return raw
 
 
-@pytest.mark.parametrize("qtype", list(GGMLType), ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", GGML_TYPES, ids=lambda t: t.name)
 def test_dequantize_matches_gguf_bitwise(qtype):
     rows, cols = 7, 512
     raw = random_rows(qtype, rows, cols)
@@ -57,7 +59,7 @@ def test_quantize_matches_gguf_bitwise(qtype):
 
 
 def test_block_sizes_match_gguf():
-    for qtype in GGMLType:
+    for qtype in GGML_TYPES:
         assert (qtype.block_size, qtype.type_size) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(qtype))]
 
 
@@ -71,3 +73,22 @@ def test_unsupported_types_and_shapes_are_one_line_errors():
     with pytest.raises(ValueError, match=r"uint8 \[rows, 36\]"):
         dequantize(torch.zeros(2, 34, dtype=torch.uint8), GGMLType.Q4_0, 64)
     assert ggml_type(14) is GGMLType.Q6_K
+    with pytest.raises(ValueError, match="GGML tensor type id 1000 is not supported"):
+        ggml_type(int(GGMLType.Q4_G128))  # sprig's own format is never read from a GGUF file
+
+
+def test_q4_g128_is_scale_times_code_minus_zero_exactly():
+    """Every code 0..15, zeros 0..16 (GPTQ v1's zero of 16 included) and 255, scales of both signs: the decoded
+    weight is exactly s * (q - z) computed in float64."""
+    g = torch.Generator().manual_seed(3)
+    rows, cols = 6, 512
+    codes = torch.randint(0, 16, (rows, cols), generator=g)
+    zeros = torch.randint(0, 17, (rows, cols // 128), generator=g)
+    zeros[0, 0] = 255
+    scales = (torch.rand(rows, cols // 128, generator=g) * 0.02 - 0.005).to(torch.float16)
+    raw = pack_q4_g128(codes, zeros, scales)
+    assert raw.shape == (rows, GGMLType.Q4_G128.row_bytes(cols)) == (rows, 4 * 68)
+    exact = (codes.double() - zeros.double().repeat_interleave(128, 1)) * scales.double().repeat_interleave(128, 1)
+    assert torch.equal(dequantize(raw, GGMLType.Q4_G128, cols).double(), exact)
+    with pytest.raises(ValueError, match=r"float16 scales \[6, 4\]"):
+        pack_q4_g128(codes, zeros, scales.float())

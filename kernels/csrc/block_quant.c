@@ -1,11 +1,11 @@
 /* GGML block-quantized linears and embedding lookups, reading the GGUF blocks as they are stored.
  *
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
- * ggml-common.h. Nothing is re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py
- * has the measurements):
- *  - decode sizes (m <= 16) on AVX512_VNNI: `direct_rows` reads 64 weights at a time (two 32-weight blocks, or a
- *    quarter of a K-quant super-block) into one zmm of codes and spreads their scales and offsets over the lanes
- *    in registers, against up to 4 activation rows;
+ * ggml-common.h, or sprig's Q4_G128 (128 weights: AWQ / GPTQ groups, see kernels/ggml_quants.py). Nothing is
+ * re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py has the measurements):
+ *  - decode sizes (m <= 16) on AVX512_VNNI: `direct_rows` reads 64 weights at a time (two 32-weight blocks, a
+ *    quarter of a K-quant super-block or half a Q4_G128 block) into one zmm of codes and spreads their scales and
+ *    offsets over the lanes in registers, against up to 4 activation rows;
  *  - prefill sizes (m >= 8) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
  *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
  *  - otherwise (fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
@@ -43,7 +43,8 @@
 #include "kernels.h"
 #include "vnni.h"
 
-enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };  /* GGML type ids */
+/* GGML type ids, and sprig's own Q4_G128 (AWQ / GPTQ groups: fp16 scale, uint8 zero, pad, 64 bytes of codes) */
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q4_G128 = 1000 };
 
 #define CHUNK 64   /* weights per VPDPBUSD zmm; rows are decoded padded to whole chunks */
 #define TILE_N 8   /* weight rows one work item decodes, then meets every activation row with */
@@ -66,6 +67,7 @@ static int format_of(int qtype, Format *f) {
         case T_Q4_K: *f = (Format){256, 144, -1}; return 0;
         case T_Q5_K: *f = (Format){256, 176, -1}; return 0;
         case T_Q6_K: *f = (Format){256, 210, 32}; return 0;
+        case T_Q4_G128: *f = (Format){128, 68, -1}; return 0;  /* the zero is per block: an offset */
         default: return 1;
     }
 }
@@ -210,6 +212,14 @@ static inline __attribute__((always_inline)) void decode_block(const int qtype, 
             }
             return;
         }
+        case T_Q4_G128: {
+            /* z * s is exact in float (an 8-bit zero times an 11-bit fp16 mantissa), and so is
+             * s * q + (-z s) in bq_embedding: the reference's s * (q - z) bit for bit */
+            const float s = f16_to_float(b), o = -((float)b[2] * s);
+            nibbles(b + 4, 4, c);
+            for (int g = 0; g < 8; g++) put_group(d, g0 + g, rep, s, o);
+            return;
+        }
         default: return;
     }
 }
@@ -229,6 +239,7 @@ static inline __attribute__((always_inline)) void decode_row(int qtype, Format f
         case T_Q4_K: decode_blocks(T_Q4_K, f, row, k, d, rep); break;
         case T_Q5_K: decode_blocks(T_Q5_K, f, row, k, d, rep); break;
         case T_Q6_K: decode_blocks(T_Q6_K, f, row, k, d, rep); break;
+        case T_Q4_G128: decode_blocks(T_Q4_G128, f, row, k, d, rep); break;
         default: break;
     }
     memset(d.codes + k, 0, (size_t)(kp - k));
@@ -489,9 +500,20 @@ static inline __attribute__((always_inline)) __m512i k_chunk64(const int qtype, 
     return codes;
 }
 
+/* Half `half` of a Q4_G128 block: the low nibbles of its 64 code bytes (weights 0..63), or the high ones. */
+static inline __attribute__((always_inline)) __m512i g128_chunk64(const uint8_t *b, int half, __m512 *scale,
+                                                                  __m512 *offset) {
+    const float d = f16_to_float(b);
+    *scale = _mm512_set1_ps(d);
+    *offset = _mm512_set1_ps(-((float)b[2] * d));  /* exact, as in decode_block */
+    const __m512i v = _mm512_loadu_si512(b + 4);
+    return _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+}
+
 /* Chunk t (64 weights) of a row: its codes, and its scales and offsets spread over the 16 lanes. */
 static inline __attribute__((always_inline)) __m512i chunk64(const int qtype, const uint8_t *row, int64_t t,
                                                              int64_t blocks, int bytes, __m512 *scale, __m512 *offset) {
+    if (qtype == T_Q4_G128) return g128_chunk64(row + t / 2 * bytes, (int)(t % 2), scale, offset);
     if (qtype == T_Q4_K || qtype == T_Q5_K || qtype == T_Q6_K)
         return k_chunk64(qtype, row + t / 4 * bytes, (int)(t % 4), scale, offset);
     /* a padding half block reads block b0 again and meets zero activations (codes, scales and sums are zero) */
@@ -535,6 +557,7 @@ static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes,
         case T_Q8_0: DIRECT(T_Q8_0)
         case T_Q4_K: DIRECT(T_Q4_K)
         case T_Q5_K: DIRECT(T_Q5_K)
+        case T_Q4_G128: DIRECT(T_Q4_G128)
         default: DIRECT(T_Q6_K)
     }
 #undef DIRECT

@@ -95,6 +95,7 @@ class BlockQuantLinear(RawRows):
     """Drop-in for the decoder's `Linear` holding the weight [out, in] as raw GGML `qtype` rows."""
 
     TILE_ROWS = 256  # output rows dequantized at a time on the torch path
+    input_order: torch.Tensor | None  # a buffer, see __init__
 
     def __init__(self, in_features: int, out_features: int, qtype: GGMLType, bias: bool,
                  dtype: torch.dtype) -> None:
@@ -102,6 +103,8 @@ class BlockQuantLinear(RawRows):
         self.out_features, self.dtype = out_features, dtype
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.isa: Int8Isa | None = None  # the C kernel's code path, once `pack_for_cpu` chose it
+        # GPTQ act-order (desc_act): the input columns in the weight's order, gathered from x once per call
+        self.register_buffer("input_order", None, persistent=False)
 
     @classmethod
     def sharing(cls, weight: nn.Parameter, in_features: int, qtype: GGMLType, dtype: torch.dtype) -> BlockQuantLinear:
@@ -118,7 +121,7 @@ class BlockQuantLinear(RawRows):
         return self.isa
 
     def dequantized(self, rows: slice, dtype: torch.dtype) -> torch.Tensor:
-        """Weight rows `rows` in `dtype`."""
+        """Weight rows `rows` in `dtype` (their columns in `input_order` where one is set)."""
         return dequantize(self.weight[rows], self.qtype, self.in_features).to(dtype)
 
     def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,6 +133,8 @@ class BlockQuantLinear(RawRows):
         return y if self.bias is None else y + self.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_order is not None:
+            x = x.index_select(-1, self.input_order)
         if self.isa is not None and x.dtype == self.dtype:
             return bq_linear(x, self.weight, self.qtype, self.bias, self.isa)
         if _triton_runs(x, self.qtype):

@@ -65,7 +65,8 @@ def _config(gguf: GGUFFile) -> ModelConfig:
         qk_norm="blk.0.attn_q_norm.weight" in gguf.tensors,
         tie_word_embeddings="output.weight" not in gguf.tensors,
         # why: a quantized file has no compute dtype of its own; bf16 is the one sprig's CPU kernels are fastest in
-        torch_dtype="float32" if gguf.file_type == "F32" else "bfloat16",
+        # (F16 weights would lose mantissa bits in bf16: those compute in fp32, like F32 files)
+        torch_dtype="float32" if gguf.file_type in ("F32", "F16") else "bfloat16",
         eos_token_ids=_stop_ids(gguf),
         context_length=context,
     )

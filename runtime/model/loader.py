@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +26,11 @@ from sprig.runtime.model.block_quant import (
     block_quantization,
 )
 from sprig.runtime.model.config import ModelConfig, load_model_config
-from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
+from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
+from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -79,9 +79,18 @@ def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
     return DTYPES[key]
 
 
-def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None) -> dict[str, Target]:
-    """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor."""
+def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None, int4: Int4Format | None = None
+                    ) -> dict[str, Target]:
+    """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor, an AWQ / GPTQ one
+    replaces each quantized linear's weight by its parts (`Int4Format.parts`)."""
     targets = _plain_targets(model)
+    if int4 is not None:
+        for name, target in list(targets.items()):
+            if isinstance(target.module, BlockQuantLinear) and target.attr == "weight":
+                del targets[name]
+                for part in int4.parts:
+                    targets[name.removesuffix("weight") + part] = Target(target.module, part, target.row_start,
+                                                                         target.rows, target.source)
     if fp8 is not None:
         for name, target in list(targets.items()):
             if isinstance(target.module, Fp8Linear) and target.attr == "weight":
@@ -248,7 +257,7 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
     tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
-    swap: Callable[[CausalLM], None] | None = None,
+    int4: Int4Format | None = None, swap: Callable[[CausalLM], None] | None = None,
 ) -> CausalLM:
     """The model on `device` with uninitialized weights; `swap` replaces modules while it is still on meta."""
     ops = get_kernels(backend, device)
@@ -256,7 +265,9 @@ def _build_empty_model(
         model = CausalLM(cfg, dtype, ops, tp, stage)
         if swap is not None:
             swap(model)
-        if quantization == "int8":
+        if int4 is not None:
+            use_int4_linears(model, dtype)
+        elif quantization == "int8":
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
@@ -265,7 +276,7 @@ def _build_empty_model(
     model = model.to_empty(device=device)
     _tie_block_quant_head(model)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
-    host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
+    host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if packs_linears(model, device) else ())
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
@@ -304,6 +315,13 @@ def load_model(
     if quantization is not None and quantization not in QUANTIZATION_METHODS:
         raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
     fp8 = Fp8Format.from_config(folder)
+    int4 = Int4Format.from_config(folder)
+    if int4 is not None and quantization is not None:
+        raise CheckpointError(f"the checkpoint is {int4.method.value} 4-bit already; --quantization {quantization} "
+                              "cannot apply to it")
+    if int4 is not None and tp is not None and tp.enabled:
+        raise CheckpointError(f"{int4.method.value} weights with tensor parallelism are not supported yet; use "
+                              "--tp-size 1")
     if fp8 is not None and quantization not in (None, "fp8"):
         raise CheckpointError(f"the checkpoint is fp8 already; --quantization {quantization} cannot apply to it")
     kept = [name for name in fp8.ignore if name != "lm_head"] if fp8 is not None else []
@@ -317,10 +335,11 @@ def load_model(
                               "--tp-size 1")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage)
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4)
     except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
-    targets = _weight_targets(model, fp8)
+    targets = _weight_targets(model, fp8, int4)
+    parts = Int4Loader(int4) if int4 is not None else None
     loaded: set[str] = set()
     unexpected: list[str] = []
     total = sum(f.stat().st_size for f in files)
@@ -341,8 +360,14 @@ def load_model(
                     if name not in targets:
                         unexpected.append(name)
                         continue
-                    tensor = _read(f, name, targets[name].source)
-                    _copy_into(targets[name], name, tensor, fp8)
+                    target = targets[name]
+                    tensor = _read(f, name, target.source)
+                    if parts is not None and target.attr in parts.fmt.parts:
+                        assert isinstance(target.module, BlockQuantLinear)  # _weight_targets made it so
+                        rows = target.module.out_features if target.rows is None else target.rows
+                        parts.take(name, target.attr, target.module, target.row_start, rows, tensor)
+                    else:
+                        _copy_into(target, name, tensor, fp8)
                     bar.update(tensor.numel() * tensor.element_size())
                     loaded.add(name)
         except SafetensorError as e:
@@ -355,25 +380,9 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
-    return _finish(model, device)
-
-
-def _finish(model: CausalLM, device: str) -> CausalLM:
-    """Re-lay the loaded linears out for the CPU kernels and record which kernels run them."""
-    _pack_int8_linears(model, device)
-    if torch.device(device).type == "cpu":
-        for m in model.modules():
-            if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
-                m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
-    if _packs_linears(model, device):
-        linears = [m for m in model.modules() if isinstance(m, Linear)]
-        for m in linears:
-            _pack_linear(m)
-        host_memory.pack_parameters(nn.ModuleList(linears))  # re-laid-out weights and biases: one huge-page buffer
-    model.linear_kernels = _describe_linears(model)
-    model.graph_blocker = _graph_blocker(model)
-    model.eval()
-    return model
+    if parts is not None:
+        parts.finish()
+    return finish_for_device(model, device)
 
 
 def _load_gguf(gguf: GGUFFile, cfg: ModelConfig, dtype: str, device: str, attention_backend: str | None,
@@ -384,65 +393,7 @@ def _load_gguf(gguf: GGUFFile, cfg: ModelConfig, dtype: str, device: str, attent
     except ValueError as e:  # an unusable kernel backend
         raise CheckpointError(str(e)) from None
     fill_from_gguf(model, gguf)
-    return _finish(model, device)
-
-
-def _pack_linear(linear: Linear) -> None:
-    """sprig's AMX or vector kernel where the shape allows, else oneDNN's layout where its build has kernels for
-    the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
-    if linear.pack_for_cpu() is LinearKernel.TORCH and can_pack_for_onednn(linear.weight.dtype, "cpu") and (
-            os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"):
-        linear.pack_for_onednn()
-
-
-def _pack_int8_linears(model: CausalLM, device: str) -> None:
-    """int8 linears of a CPU model onto sprig's W8A8 kernel where it takes them (see `Int8Linear.pack_for_cpu`)."""
-    if torch.device(device).type != "cpu":
-        return
-    packed = [m for m in model.modules() if isinstance(m, Int8Linear) and m.pack_for_cpu() is not None]
-    if packed:
-        host_memory.pack_parameters(nn.ModuleList(packed))  # the re-laid-out weights: one huge-page buffer
-
-
-def _linear_label(module: nn.Module) -> str | None:
-    if isinstance(module, Linear):
-        return module.kernel.value + ("" if module.isa is None else f" ({module.isa.name.lower()})")
-    if isinstance(module, Int8Linear):
-        if module.isa is not None:
-            return f"int8 w8a8 ({module.isa.name.lower()})"
-        return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
-    if isinstance(module, BlockQuantLinear):
-        kernel = "dequantize + F.linear" if module.isa is None else module.isa.name.lower()
-        return f"{module.qtype.name.lower()} ({kernel})"
-    return "fp8" if isinstance(module, Fp8Linear) else None
-
-
-def _in_c(module: nn.Module) -> bool:
-    """Whether a linear layer runs one of sprig's C kernels (which a CPU graph can replay)."""
-    if isinstance(module, Linear):
-        return module.kernel in (LinearKernel.AMX, LinearKernel.VEC)
-    return isinstance(module, Int8Linear | BlockQuantLinear) and module.isa is not None
-
-
-def _graph_blocker(model: CausalLM) -> str | None:
-    """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
-    if model.lm_head is None:
-        return "the LM head is the tied embedding, multiplied by F.linear"
-    labels = {_linear_label(m) for m in model.modules()
-              if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
-              and not _in_c(m)}
-    return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
-
-
-def _describe_linears(model: CausalLM) -> str:
-    """For the start-up log: "vec (avx512_bf16) x 49", or each kernel with its count when they differ."""
-    labels = Counter(label for m in model.modules() if (label := _linear_label(m)) is not None)
-    return ", ".join(f"{name} x {count}" for name, count in labels.most_common()) or "none"
-
-
-def _packs_linears(model: CausalLM, device: str) -> bool:
-    """Linears of a CPU model in bf16 / fp16 are re-laid out after loading (fp32 ones stay on F.linear)."""
-    return torch.device(device).type == "cpu" and model.dtype in (torch.bfloat16, torch.float16)
+    return finish_for_device(model, device)
 
 
 def _short_list(names: list[str], limit: int = 8) -> str:

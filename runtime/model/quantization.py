@@ -23,6 +23,7 @@ from torch import nn
 from sprig.kernels.cpu_int8 import Int8Isa, Int8Packed, int8_isa, int8_linear, int8_pack, int8_supports
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BLOCK_QUANTIZATIONS
+from sprig.runtime.model.int4_checkpoints import INT4_METHODS
 
 QUANTIZATION_METHODS = ("int8", "fp8", *BLOCK_QUANTIZATIONS)
 FP8 = torch.float8_e4m3fn
@@ -128,8 +129,10 @@ class Fp8Format:
             return _vllm_format(qc)
         if method == "compressed-tensors":
             return _compressed_tensors_format(qc)
+        if method in INT4_METHODS:
+            return None  # 4-bit: Int4Format.from_config reads these
         raise CheckpointError(f"config.json: quantization_config.quant_method {method!r} is not supported "
-                              "(sprig loads fp8 and compressed-tensors float8 checkpoints)")
+                              "(sprig loads fp8, compressed-tensors float8, awq and gptq checkpoints)")
 
 
 def _vllm_format(qc: dict[str, Any]) -> Fp8Format:
