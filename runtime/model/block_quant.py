@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sprig.kernels.cpu_int8 import Int8Isa
+from sprig.kernels.cpu_block_quant import bq_embedding, bq_linear, bq_supports
+from sprig.kernels.cpu_int8 import Int8Isa, int8_isa
 from sprig.kernels.ggml_quants import GGMLType, dequantize, ggml_type, quantize
 from sprig.runtime.errors import CheckpointError
 
@@ -31,45 +32,51 @@ def checkpoint_type(type_id: int, tensor: str) -> GGMLType:
         raise CheckpointError(f"tensor {tensor}: {e}") from None
 
 
-def _raw_rows(qtype: GGMLType, rows: int, cols: int) -> nn.Parameter:
-    try:
-        row_bytes = qtype.row_bytes(cols)
-    except ValueError as e:
-        raise CheckpointError(str(e)) from None
-    return nn.Parameter(torch.empty(rows, row_bytes, dtype=torch.uint8), requires_grad=False)
+class RawRows(nn.Module):
+    """A weight held as raw GGML `qtype` rows (uint8 [rows, row_bytes]) of `in_features` weights each."""
+
+    def __init__(self, rows: int, in_features: int, qtype: GGMLType) -> None:
+        super().__init__()
+        self.in_features, self.qtype = in_features, qtype
+        try:
+            row_bytes = qtype.row_bytes(in_features)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        self.weight = nn.Parameter(torch.empty(rows, row_bytes, dtype=torch.uint8), requires_grad=False)
+
+    def load_raw(self, row_start: int, raw_rows: torch.Tensor) -> None:
+        """Copy raw GGML rows (uint8 [rows, row_bytes], as a GGUF file stores them) into rows [row_start, ...)."""
+        rows, row_bytes = self.weight.shape
+        if raw_rows.dtype != torch.uint8 or raw_rows.dim() != 2 or raw_rows.shape[1] != row_bytes:
+            raise CheckpointError(f"{self.qtype.name} rows must be uint8 [rows, {row_bytes}], got "
+                                  f"{str(raw_rows.dtype).removeprefix('torch.')} {list(raw_rows.shape)}")
+        end = row_start + raw_rows.shape[0]
+        if not 0 <= row_start <= end <= rows:
+            raise CheckpointError(f"rows [{row_start}, {end}) are outside the {rows} rows of a {self.qtype.name} "
+                                  "weight")
+        self.weight.data[row_start:end].copy_(raw_rows)
+
+    def load_rows(self, row_start: int, w: torch.Tensor) -> None:
+        """Quantize a full-precision block of rows [row_start, row_start + len(w)) into this weight."""
+        if w.dim() != 2 or w.shape[1] != self.in_features:
+            raise CheckpointError(f"a [{self.weight.shape[0]}, {self.in_features}] {self.qtype.name} weight "
+                                  f"cannot take rows of shape {list(w.shape)}")
+        try:
+            raw = quantize(w, self.qtype)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        self.load_raw(row_start, raw)
 
 
-def _check_raw(module: nn.Module, row_start: int, raw_rows: torch.Tensor) -> None:
-    weight = module.weight
-    if raw_rows.dtype != torch.uint8 or raw_rows.dim() != 2 or raw_rows.shape[1] != weight.shape[1]:
-        raise CheckpointError(f"{module.qtype.name} rows must be uint8 [rows, {weight.shape[1]}], got "
-                              f"{str(raw_rows.dtype).removeprefix('torch.')} {list(raw_rows.shape)}")
-    if not 0 <= row_start <= row_start + raw_rows.shape[0] <= weight.shape[0]:
-        raise CheckpointError(f"rows [{row_start}, {row_start + raw_rows.shape[0]}) are outside the "
-                              f"{weight.shape[0]} rows of a {module.qtype.name} weight")
-
-
-def _quantize_into(module: nn.Module, row_start: int, w: torch.Tensor) -> None:
-    if w.dim() != 2 or w.shape[1] != module.in_features:
-        raise CheckpointError(f"a [{module.weight.shape[0]}, {module.in_features}] {module.qtype.name} weight "
-                              f"cannot take rows of shape {list(w.shape)}")
-    try:
-        raw = quantize(w, module.qtype)
-    except ValueError as e:
-        raise CheckpointError(str(e)) from None
-    module.load_raw(row_start, raw)
-
-
-class BlockQuantLinear(nn.Module):
+class BlockQuantLinear(RawRows):
     """Drop-in for the decoder's `Linear` holding the weight [out, in] as raw GGML `qtype` rows."""
 
     TILE_ROWS = 256  # output rows dequantized at a time on the torch path
 
     def __init__(self, in_features: int, out_features: int, qtype: GGMLType, bias: bool,
                  dtype: torch.dtype) -> None:
-        super().__init__()
-        self.in_features, self.out_features, self.qtype, self.dtype = in_features, out_features, qtype, dtype
-        self.weight = _raw_rows(qtype, out_features, in_features)
+        super().__init__(out_features, in_features, qtype)
+        self.out_features, self.dtype = out_features, dtype
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.isa: Int8Isa | None = None  # the C kernel's code path, once `pack_for_cpu` chose it
 
@@ -81,25 +88,19 @@ class BlockQuantLinear(nn.Module):
         linear.weight = weight
         return linear
 
-    def load_raw(self, row_start: int, raw_rows: torch.Tensor) -> None:
-        """Copy raw GGML rows (uint8 [rows, row_bytes], as a GGUF file stores them) into rows [row_start, ...)."""
-        _check_raw(self, row_start, raw_rows)
-        self.weight.data[row_start : row_start + raw_rows.shape[0]].copy_(raw_rows)
-
-    def load_rows(self, row_start: int, w: torch.Tensor) -> None:
-        """Quantize a full-precision block of rows [row_start, row_start + len(w)) into this layer."""
-        _quantize_into(self, row_start, w)
-
     def pack_for_cpu(self) -> Int8Isa | None:
         """Choose the C kernel where it takes this layer (it reads the raw blocks as they are: nothing is re-laid
         out); returns its code path, or None when the torch path stays."""
-        return self.isa  # the C kernel comes in the next commit
+        self.isa = int8_isa() if bq_supports(self.qtype, self.in_features, self.dtype, self.weight) else None
+        return self.isa
 
     def dequantized(self, rows: slice, dtype: torch.dtype) -> torch.Tensor:
         """Weight rows `rows` in `dtype`."""
         return dequantize(self.weight[rows], self.qtype, self.in_features).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.isa is not None and x.dtype == self.dtype:
+            return bq_linear(x, self.weight, self.qtype, self.bias, self.isa)
         y = torch.empty(*x.shape[:-1], self.out_features, dtype=x.dtype, device=x.device)
         for r0 in range(0, self.out_features, self.TILE_ROWS):
             rows = slice(r0, min(r0 + self.TILE_ROWS, self.out_features))
@@ -107,29 +108,20 @@ class BlockQuantLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-class BlockQuantEmbedding(nn.Module):
+class BlockQuantEmbedding(RawRows):
     """Drop-in for `nn.Embedding` holding the table [num_embeddings, embedding_dim] as raw GGML `qtype` rows."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, qtype: GGMLType, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.num_embeddings, self.embedding_dim, self.qtype, self.dtype = num_embeddings, embedding_dim, qtype, dtype
-        self.in_features = embedding_dim  # for the shared loading helpers
-        self.weight = _raw_rows(qtype, num_embeddings, embedding_dim)
-
-    def load_raw(self, row_start: int, raw_rows: torch.Tensor) -> None:
-        """Copy raw GGML rows (uint8 [rows, row_bytes]) into rows [row_start, ...)."""
-        _check_raw(self, row_start, raw_rows)
-        self.weight.data[row_start : row_start + raw_rows.shape[0]].copy_(raw_rows)
-
-    def load_rows(self, row_start: int, w: torch.Tensor) -> None:
-        """Quantize a full-precision block of rows [row_start, row_start + len(w)) into this table."""
-        _quantize_into(self, row_start, w)
+        super().__init__(num_embeddings, embedding_dim, qtype)
+        self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
 
     def tied_head(self) -> BlockQuantLinear:
         """The LM head that shares this table (logits = x @ table^T), over the same bytes."""
         return BlockQuantLinear.sharing(self.weight, self.embedding_dim, self.qtype, self.dtype)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if bq_supports(self.qtype, self.embedding_dim, self.dtype, self.weight):
+            return bq_embedding(ids, self.weight, self.qtype, self.embedding_dim, self.dtype)
         flat = ids.reshape(-1)
         rows = dequantize(self.weight.index_select(0, flat), self.qtype, self.embedding_dim)
         return rows.to(self.dtype).view(*ids.shape, self.embedding_dim)
@@ -140,7 +132,7 @@ def resident_bytes(module: nn.Module) -> int:
     seen: dict[int, int] = {}
     for t in (*module.parameters(), *module.buffers()):
         if t.device.type != "meta":
-            seen[t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()] = t.numel() * t.element_size()
+            seen[t.data_ptr()] = t.numel() * t.element_size()
     return sum(seen.values())
 
 
