@@ -188,8 +188,13 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face checkpoint folder or GGUF file (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
-                        help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
-                             "quantize activations per token too) or fp8 (e4m3, per row); fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+                        help="quantize a full-precision checkpoint's weights at load. q8_0: GGML Q8_0, a scale per "
+                             "32 weights (CPU linears quantize activations per 32 too), the low-loss 8-bit choice "
+                             "(SmolLM2-135M perplexity -0.3 %% vs fp32); q4_0, q4_1: GGML 4-bit; int8: a scale per "
+                             "output row with activations quantized per token on CPU (W8A8), lossier (+3.6 %%: the "
+                             "per-token activation scale, see benchmarks/README.md 'Quality'); fp8: e4m3, a scale "
+                             "per row. fp8 checkpoints (config.json quantization_config) load as fp8 without it "
+                             "(default: none)")
     parser.add_argument("--gguf-dequantize", action="store_true",
                         help="dequantize a GGUF file's quantized weights into --dtype at load (default: they stay "
                              "block-quantized)")

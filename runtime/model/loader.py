@@ -20,7 +20,7 @@ from tqdm import tqdm
 from sprig.kernels.backend import get_kernels
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
-from sprig.runtime.model.block_quant import BlockQuantLinear
+from sprig.runtime.model.block_quant import BLOCK_QUANTIZATIONS, BlockQuantLinear, block_quantization
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
 from sprig.runtime.model.gguf_config import gguf_model_config
@@ -170,6 +170,19 @@ def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
             _quantize_linears(child, dtype)
 
 
+def _block_quant_linears(model: CausalLM, dtype: torch.dtype, quantization: str) -> None:
+    """The decoder layers' linears as `BlockQuantLinear`s of GGML type `quantization` (`--quantization q8_0`:
+    a scale per 32 weights, where int8's one per row loses more); the LM head and embedding stay in `dtype`."""
+    qtype = block_quantization(quantization)
+    assert qtype is not None  # load_model checked the name
+    for layer in model.layers:
+        for parent in layer.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, Linear):
+                    out_f, in_f = child.weight.shape
+                    setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
+
+
 def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> None:
     """The decoder layers' linears as `Fp8Linear`s (the LM head and embeddings stay in `dtype`, as fp8
     checkpoints keep them); block-scaled checkpoints share a scale over `fp8.block[1]` input columns."""
@@ -202,15 +215,18 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
     if target.attr == "weight_scale":
         assert fp8 is not None and isinstance(target.module, Fp8Linear)  # scale targets: fp8 checkpoints only
         tensor = expand_scale(tensor, fp8, (rows, int(target.module.weight.shape[1])), name)
-    if tuple(dest.shape) != tuple(tensor.shape):
-        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
     is_weight = target.attr == "weight"
+    # a block-quantized weight holds raw bytes per row: the checkpoint's rows are checked against its features
+    want = (rows, target.module.in_features) if isinstance(target.module, BlockQuantLinear) and is_weight else \
+        tuple(dest.shape)
+    if tuple(want) != tuple(tensor.shape):
+        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(want)}")
     if isinstance(target.module, Fp8Linear) and is_weight and fp8 is not None:
         if tensor.dtype != FP8:
             raise CheckpointError(f"tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, expected "
                                   "float8_e4m3fn (config.json declares an fp8 checkpoint)")
         dest.copy_(tensor)
-    elif isinstance(target.module, (Int8Linear, Fp8Linear)) and is_weight:
+    elif isinstance(target.module, (Int8Linear, Fp8Linear, BlockQuantLinear)) and is_weight:
         target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
     else:
         dest.copy_(tensor.to(dest.dtype))
@@ -231,6 +247,8 @@ def _build_empty_model(
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
+        elif quantization in BLOCK_QUANTIZATIONS:
+            _block_quant_linears(model, dtype, quantization)
     model = model.to_empty(device=device)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
@@ -270,8 +288,9 @@ def load_model(
     folder = Path(path)
     cfg = load_model_config(folder)
     torch_dtype = resolve_dtype(dtype, cfg)
-    if quantization is not None and quantization not in QUANTIZATION_METHODS:
-        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
+    methods = (*QUANTIZATION_METHODS, *BLOCK_QUANTIZATIONS)
+    if quantization is not None and quantization not in methods:
+        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(methods)}")
     fp8 = Fp8Format.from_config(folder)
     if fp8 is not None and quantization not in (None, "fp8"):
         raise CheckpointError(f"the checkpoint is fp8 already; --quantization {quantization} cannot apply to it")
@@ -281,6 +300,9 @@ def load_model(
                               f"supported: {_short_list(kept)}")
     if (fp8 is not None or quantization == "fp8") and tp is not None and tp.enabled:
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
+    if quantization in BLOCK_QUANTIZATIONS and tp is not None and tp.enabled:
+        raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
+                              "--tp-size 1")
     files = _safetensors_files(folder)
     try:
         model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage)
