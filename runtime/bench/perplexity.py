@@ -104,7 +104,7 @@ def dequantized_folder(gguf_path: Path, folder: Path) -> Path:
 
     tmp = folder.with_name(folder.name + ".partial")
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    model.hf_quantizer = None  # why: transformers refuses to save a GGUF-loaded model; its weights are plain fp32
+    vars(model)["hf_quantizer"] = None  # why: transformers refuses to save a GGUF-loaded model; its weights are plain fp32
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(tmp)
