@@ -1,17 +1,29 @@
 """GGML block-quantized linears and embedding lookups through sprig's C kernel (`kernels/csrc/block_quant.c`).
 
 The weight stays the GGUF file's blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K; uint8 [N, row_bytes]): nothing is
-re-laid out at load, so the resident weight is the file's bytes. A work item decodes 8 weight rows into codes,
-scales and offsets in L1 and meets every activation row with them; the activations are quantized per block of 32
-to 8 bits (llama.cpp's q8_0) and multiplied on VPDPBUSD (AVX512_VNNI, AVX-VNNI) or VPMADDWD (AVX2), integer sums
-exact, each block's scale and offset applied per group of 16 weights.
+re-laid out at load, so the resident weight is the file's bytes.
 
-Why 8-bit activations and not bf16 ones with the weights widened in registers (VDPBF16PS): measured here (Zen 4,
-one thread; `benchmarks/bench_block_quant.py`) -- see the figures at the end of this docstring.
+8-bit activations or bf16 ones? Both, by size, as measured here (Zen 4, one thread, a 1536 x 576 Q4_1 weight, the
+minimum of repeated calls, microseconds; the bf16 vector kernel on a bf16 copy of the weight for scale):
 
-The code path is `int8_isa()` (the same ISA ladder and build conditions as the int8 kernel, capped by the same
-`SPRIG_CPU_ISA`: `avx512*` → AVX512_VNNI, `avx2` → AVX-VNNI where the build has it else AVX2, `portable`);
-`SPRIG_CPU_ISA=none` or no C kernels leave the layers to the torch reference (`kernels/ggml_quants.py`).
+    rows M                                    1     4     8    12    16    32
+    q8 activations, VPDPBUSD (direct path)   57   126   245   362   481   965
+    bf16 activations, weights widened       231   247   283   311   343   474
+    bf16 vector kernel, bf16 weight          30    42    78   105   137   266
+
+At decode sizes a product reads each weight for a few rows only: the q8 path decodes two 32-weight blocks per zmm
+in registers and multiplies 64 weight-activation pairs per VPDPBUSD, while widening every weight to bf16 costs
+more than the whole q8 product. From about 12 rows on the widening is paid once for many rows, and bf16 wins
+(no activation quantization, and vec_gemm.c's register-blocked panels). So: q8 activations (llama.cpp's q8_0: per
+block of 32, integer sums exact, each block's scale and offset applied per group of 16 weights) below 12 rows,
+bf16 activations with the weights widened to bf16 panels from 12 rows (bf16 models on AVX512_BF16 builds). With
+the weight in cache the bf16 kernel on a bf16 weight is faster still at M = 1; on a weight that streams from
+memory (the 49152 x 576 LM head) Q4_1 takes 1.6 ms against bf16's 3.2 ms: it reads 3.2x fewer bytes.
+
+The code path is `int8_isa()` (the int8 kernel's ladder and build conditions, capped by the same `SPRIG_CPU_ISA`:
+`avx512*` → AVX512_VNNI, `avx2` → AVX-VNNI where the build has it else AVX2, `portable`); `SPRIG_CPU_ISA=none` or
+no C kernels leave the layers to the torch reference (`kernels/ggml_quants.py`). The bf16-widened prefill path
+belongs to the AVX512_VNNI path (every CPU with AVX512_BF16 has VNNI).
 """
 
 from __future__ import annotations

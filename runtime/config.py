@@ -100,6 +100,9 @@ class EngineConfig:
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
         self._validate_pipeline()
+        if str(self.model_path or "").lower().endswith(".gguf") and (self.tp_size > 1 or self.pp_size > 1):
+            raise ValueError("tensor and pipeline parallelism over a GGUF file are not supported yet; use tp_size 1 "
+                             "and pp_size 1")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
@@ -188,13 +191,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face checkpoint folder or GGUF file (default: the built-in demo model)")
     parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
     parser.add_argument("--quantization", default=None,
-                        help="quantize a full-precision checkpoint's weights at load. q8_0: GGML Q8_0, a scale per "
-                             "32 weights (CPU linears quantize activations per 32 too), the low-loss 8-bit choice "
-                             "(SmolLM2-135M perplexity -0.3 %% vs fp32); q4_0, q4_1: GGML 4-bit; int8: a scale per "
-                             "output row with activations quantized per token on CPU (W8A8), lossier (+3.6 %%: the "
-                             "per-token activation scale, see benchmarks/README.md 'Quality'); fp8: e4m3, a scale "
-                             "per row. fp8 checkpoints (config.json quantization_config) load as fp8 without it "
-                             "(default: none)")
+                        help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
+                             "quantize activations per token too: W8A8, the lossiest 8-bit choice, +3.6 %% perplexity "
+                             "on SmolLM2-135M, see benchmarks/README.md 'Quality'), fp8 (e4m3, per row, +1.3 %%), or "
+                             "GGML blocks kept quantized in memory, the embedding and LM head too: q8_0 (the low-loss "
+                             "8-bit choice), q4_0 or q4_1 (32 weights a block); fp8 checkpoints (config.json "
+                             "quantization_config) load as fp8 without it (default: none)")
     parser.add_argument("--gguf-dequantize", action="store_true",
                         help="dequantize a GGUF file's quantized weights into --dtype at load (default: they stay "
                              "block-quantized)")

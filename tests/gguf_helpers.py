@@ -49,7 +49,7 @@ def write_tiny_gguf(folder: Path, out: Path, qtype: gguf.GGMLQuantizationType = 
     raw = json.loads((folder / "config.json").read_text())
     arch = arch or ARCH[cfg.architecture]
     meta: dict[str, Any] = {
-        "general.architecture": arch, "general.file_type": {0: 0, 1: 1, 2: 2, 3: 3, 8: 7}.get(int(qtype), 0),
+        "general.architecture": arch, "general.file_type": {0: 0, 1: 1, 2: 2, 3: 3, 8: 7, 30: 32}.get(int(qtype), 0),
         f"{arch}.block_count": cfg.num_layers, f"{arch}.context_length": cfg.max_position_embeddings,
         f"{arch}.embedding_length": cfg.hidden_size, f"{arch}.feed_forward_length": cfg.intermediate_size,
         f"{arch}.attention.head_count": cfg.num_heads, f"{arch}.attention.head_count_kv": cfg.num_kv_heads,

@@ -7,7 +7,9 @@ the integer sums are exact and the decoded weight is exact. Hence
     |y_kernel - y_ref| <= sum_blocks (xs_b / 2) sum_{i in b} |w_i|  +  1e-5 sum_i |w_i x_i|  (+ 2^-8 |y| for bf16)
 where the second term covers the float32 additions (a few thousand terms at most, each exact to 2^-24 relative)
 and the third the bf16 output rounding. A wrong code, scale or offset breaks it by orders of magnitude; the
-typical error is about a tenth of it (the rounding errors are independent and cancel).
+typical error is about a tenth of it (the rounding errors are independent and cancel). At prefill sizes with bf16
+activations the AVX-512 path widens the weights to bf16 instead (activations exact, each weight rounded to 2^-9
+relative): its error, 2^-9 sum_i |w_i x_i| plus the float sums, is within the same bound since |x_i| <= max|x|.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def test_the_lm_head_shape(isa, qtype):
 def test_fp32_a_bias_odd_sizes_and_strided_rows(isa):
     _check(GGMLType.Q4_0, 5, 37, 96, isa, torch.float32, bias=True)  # a last tile of 5 rows, 3 blocks (pad to 128)
     _check(GGMLType.Q6_K, 2, 9, 256, isa, torch.float32, bias=True)
+    _check(GGMLType.Q4_1, 40, 100, 64, isa, torch.bfloat16, bias=True)  # prefill sizes: bf16-widened on AVX-512
     raw = random_rows(GGMLType.Q8_0, 24, 64)
     x = torch.randn(6, 128)[:, :64]  # rows 128 apart
     assert torch.equal(bq_linear(x, raw, GGMLType.Q8_0, None, isa),

@@ -121,6 +121,11 @@ def test_tensor_parallel_over_gguf_is_refused(good):
         load_model(good, "float32", tp=TPContext(rank=0, size=2))
 
 
+def test_serve_refuses_tensor_parallel_over_gguf(good, capsys):
+    assert main(["serve", "--model", str(good), "--tp-size", "2", "--port", "0"]) == 2
+    assert "parallelism over a GGUF file are not supported" in capsys.readouterr().err
+
+
 def test_quantization_flag_does_not_apply(good):
     with pytest.raises(CheckpointError, match="--quantization int8 does not apply to a GGUF file"):
         load_model(good, "float32", quantization="int8")

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from gguf_helpers import write_gguf
+from gguf_helpers import write_gguf, write_tiny_gguf
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
@@ -111,3 +111,17 @@ def test_sentencepiece_vocabulary_matches_transformers(sentencepiece_gguf):
     sample = samples[:200]
     assert [ours.decode(ours.encode(s)) for s in sample] == [
         ref.decode(ref(s)["input_ids"], skip_special_tokens=True) for s in sample]
+
+
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "tekken", "gpt-4o", "smollm"])
+def test_pre_tokenizer_names_split_as_transformers(pre, tiny_paths, tmp_path):
+    """The split regex each `tokenizer.ggml.pre` name stands for, on sprig's tiny byte-level vocabulary."""
+    from transformers import AutoTokenizer
+
+    def set_pre(meta, tensors):
+        del tensors
+        meta["tokenizer.ggml.pre"] = pre
+
+    path = write_tiny_gguf(tiny_paths["tiny-llama"], tmp_path / f"pre-{pre}.gguf", edit=set_pre)
+    ref = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    assert_same_ids(Tokenizer(path), ref, texts()[::4])

@@ -1,24 +1,29 @@
 /* GGML block-quantized linears and embedding lookups, reading the GGUF blocks as they are stored.
  *
  * Weights: rows of GGML blocks (Q4_0, Q4_1, Q8_0: 32 weights; Q4_K, Q5_K, Q6_K: 256), the layouts of llama.cpp's
- * ggml-common.h. Nothing is re-laid out at load: a work item decodes TILE_N weight rows into a small scratch --
- * unsigned codes (one byte each), a float scale per 16 weights (repeated for every 4 weights, one per VPDPBUSD
- * lane) and a float offset per 16 -- so that every format is value = scale * code + offset, and one dot product
- * serves them all. The scratch stays in L1/L2 while every activation row meets it.
+ * ggml-common.h. Nothing is re-laid out at load. Three ways through a product, by size (kernels/cpu_block_quant.py
+ * has the measurements):
+ *  - decode sizes (m <= 16) on AVX512_VNNI: `direct_rows` reads 64 weights at a time (two 32-weight blocks, or a
+ *    quarter of a K-quant super-block) into one zmm of codes and spreads their scales and offsets over the lanes
+ *    in registers, against up to 4 activation rows;
+ *  - prefill sizes (m >= 12) with bf16 activations where the build has AVX512_BF16: `run_wide` widens 64 weight
+ *    rows at a time to bf16 in vec_gemm.c's packed layout and runs vec_linear_bf16 (activations stay bf16);
+ *  - otherwise (fp32 activations at prefill sizes, the AVX2 / AVX-VNNI / portable paths):
+ *    a work item decodes TILE_N weight rows into a scratch -- unsigned codes, a float scale per 16 weights
+ *    (repeated per 4, one per VPDPBUSD lane) and a float offset per 16 -- so every format is value = scale * code
+ *    + offset, and one dot product per path serves them all.
  *
- * Activations are quantized per block of 32, as llama.cpp's q8_0: xs = max|x| / 127, c = rint(clamp(x * 127 /
- * max|x|, -127, 127)), padding c = 0. Then per group g of 16 weights
+ * The first and third quantize the activations per block of 32, as llama.cpp's q8_0: xs = max|x| / 127,
+ * c = rint(clamp(x * 127 / max|x|, -127, 127)). Then per group g of 16 weights
  *     sum_i (s_g q_i + o_g) x_i  ~=  s_g xs isum_g + o_g (xs csum_g),  isum_g = sum_i q_i c_i,  csum_g = sum_i c_i
  * with the integer sums exact (VPDPBUSD: u8 codes x s8 activations; AVX2: both widened to s16, VPMADDWD) and
- * xs * csum_g computed once per activation row. kernels/cpu_block_quant.py says what was measured against keeping
- * the activations in bf16.
+ * xs * csum computed once per activation row.
  *
- * `isa` (0 portable, 1 AVX2, 2 AVX-VNNI, 3 AVX512_VNNI: the same paths and build conditions as int8_gemm.c) picks
- * the dot product; the paths sum the same integers but add the floats in different orders, so they agree to a
- * few ulps, not bitwise. `bq_embedding` dequantizes rows exactly as kernels/ggml_quants.py (and the gguf package)
- * does -- the same float operations in the same order, no FMA contraction in this file -- so its rows are
- * bit-identical to the reference's. Each returns 0 when done, else nonzero (bad sizes or type, a path this build
- * lacks, no memory).
+ * `isa` (0 portable, 1 AVX2, 2 AVX-VNNI, 3 AVX512_VNNI: vnni.h, as int8_gemm.c) picks the path; the paths add the
+ * floats in different orders, so they agree to a few ulps, not bitwise. `bq_embedding` dequantizes rows exactly as
+ * kernels/ggml_quants.py (and the gguf package) does -- the same float operations in the same order, no FMA
+ * contraction in this file -- so its rows are bit-identical to the reference's. Each returns 0 when done, else
+ * nonzero (bad sizes or type, a path this build lacks, no memory).
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -243,9 +248,10 @@ typedef struct {
     int8_t *codes;     /* [kp] */
     float *lane_scale; /* [kp/4] */
     float *csum;       /* [kp/16]: xs * the group's code sum */
+    float *lane_csum;  /* [kp/4]: xs * the sum of each lane's 4 codes (the direct 32-weight-block path) */
 } Act;
 
-static size_t act_bytes(int64_t kp) { return (size_t)kp + (size_t)kp + (size_t)kp / 4; }
+static size_t act_bytes(int64_t kp) { return (size_t)kp + (size_t)kp + (size_t)kp / 4 + (size_t)kp; }
 
 static inline float load_x(const void *row, int dtype, int64_t i) {
     return dtype ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
@@ -262,12 +268,14 @@ static void quantize_act(const void *x, int dtype, int64_t k, int64_t kp, Act a)
             }
         const int zero = !(amax >= 1e-30f);
         const float inv = zero ? 0.0f : 127.0f / amax, xs = zero ? 0.0f : amax / 127.0f;
-        int sums[2] = {0, 0};
+        int sums[2] = {0, 0}, lanes[8] = {0};
         for (int i = 0; i < 32; i++) {
             const int c = (int)rintf(fminf(fmaxf(v[i] * inv, -127.0f), 127.0f));
             a.codes[b * 32 + i] = (int8_t)c;
             sums[i / 16] += c;
+            lanes[i / 4] += c;
         }
+        for (int l = 0; l < 8; l++) a.lane_csum[b * 8 + l] = xs * (float)lanes[l];
         for (int l = 0; l < 8; l++) a.lane_scale[b * 8 + l] = xs;
         a.csum[2 * b] = xs * (float)sums[0];
         a.csum[2 * b + 1] = xs * (float)sums[1];
@@ -391,6 +399,129 @@ static DotFn dot_for(int isa) {
     return dot_portable;
 }
 
+/* ---- AVX512_VNNI, the blocks read straight from the rows (decode sizes: each weight meets few rows) ----
+ * 64 weights make one zmm of codes; their scales and offsets are spread over the lanes in registers. */
+#if defined(HAVE_VNNI512)
+#define DIRECT_MAX_M 16  /* more activation rows: decoding into the scratch once per tile pays */
+
+static inline __attribute__((always_inline)) __m512i codes64(const int qtype, const uint8_t *b0, const uint8_t *b1) {
+    if (qtype == T_Q8_0) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + 2)), q1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), _mm512_set1_epi8((char)0x80));
+    }
+    const int at = qtype == T_Q4_0 ? 2 : 4;
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + at))),
+                                              _mm_loadu_si128((const __m128i *)(b1 + at)), 1);
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(y, low)),
+                                         _mm256_and_si256(_mm256_srli_epi16(y, 4), low), 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  /* low/high nibbles of b0, then of b1 */
+}
+
+static inline __attribute__((always_inline)) void scales64(const int qtype, const uint8_t *b0, const uint8_t *b1,
+                                                           __m512 *scale, __m512 *offset) {
+    uint32_t u0, u1;  /* d (and Q4_1's m) of each block */
+    memcpy(&u0, b0, 4);
+    memcpy(&u1, b1, 4);
+    const __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1)));
+    *scale = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
+    if (qtype == T_Q4_1) *offset = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v);
+    else *offset = _mm512_mul_ps(*scale, _mm512_set1_ps(qtype == T_Q4_0 ? -8.0f : -128.0f));
+}
+
+/* Q4_K / Q5_K / Q6_K: chunk j (64 weights) of the super-block at b. */
+static inline __attribute__((always_inline)) __m512i k_chunk64(const int qtype, const uint8_t *b, int j,
+                                                               __m512 *scale, __m512 *offset) {
+    const __m512i nibble = _mm512_set1_epi8(15);
+    if (qtype == T_Q6_K) {  /* 4 groups of 16, codes 0..63 from 4 low bits in ql and 2 high bits in qh */
+        uint32_t sc4;
+        memcpy(&sc4, b + 192 + 4 * j, 4);
+        const __m128 s4 = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128((int)sc4))),
+                                     _mm_set1_ps(f16_to_float(b + 208)));
+        *scale = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                       _mm512_castps128_ps512(s4));
+        *offset = _mm512_mul_ps(*scale, _mm512_set1_ps(-32.0f));
+        const int half = j / 2, upper = j % 2;  /* upper: the high nibbles, qh bits 4-7 */
+        const __m512i ql = _mm512_loadu_si512(b + 64 * half);
+        const __m512i low = _mm512_and_si512(upper ? _mm512_srli_epi16(ql, 4) : ql, nibble);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * half));
+        const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * upper)),
+                                                  _mm256_set1_epi16((short)(4 * upper + 2)), 1);
+        const __m512i high = _mm512_and_si512(
+            _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), shifts), _mm512_set1_epi8(3));
+        return _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+    }
+    int sc0, m0, sc1, m1;  /* sub-blocks 2j (lanes 0-7) and 2j + 1 (lanes 8-15) */
+    scale_min_k4(b + 4, 2 * j, &sc0, &m0);
+    scale_min_k4(b + 4, 2 * j + 1, &sc1, &m1);
+    const float d = f16_to_float(b), dmin = f16_to_float(b + 2);
+    *scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d * (float)sc0), _mm512_set1_ps(d * (float)sc1));
+    *offset = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(-(dmin * (float)m0)), _mm512_set1_ps(-(dmin * (float)m1)));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b + (qtype == T_Q4_K ? 16 : 48) + 32 * j));
+    __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    codes = _mm512_and_si512(codes, nibble);
+    if (qtype == T_Q5_K) {  /* the fifth bit: bit 2j (2j + 1) of qh[i] for weight i of sub-block 2j (2j + 1) */
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
+                                                  _mm256_set1_epi16((short)(2 * j + 1)), 1);
+        const __m512i bit = _mm512_and_si512(
+            _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), shifts), _mm512_set1_epi8(1));
+        codes = _mm512_or_si512(codes, _mm512_slli_epi16(bit, 4));
+    }
+    return codes;
+}
+
+/* Chunk t (64 weights) of a row: its codes, and its scales and offsets spread over the 16 lanes. */
+static inline __attribute__((always_inline)) __m512i chunk64(const int qtype, const uint8_t *row, int64_t t,
+                                                             int64_t blocks, int bytes, __m512 *scale, __m512 *offset) {
+    if (qtype == T_Q4_K || qtype == T_Q5_K || qtype == T_Q6_K)
+        return k_chunk64(qtype, row + t / 4 * bytes, (int)(t % 4), scale, offset);
+    /* a padding half block reads block b0 again and meets zero activations (codes, scales and sums are zero) */
+    const uint8_t *b0 = row + 2 * t * bytes, *b1 = 2 * t + 1 < blocks ? b0 + bytes : b0;
+    scales64(qtype, b0, b1, scale, offset);
+    return codes64(qtype, b0, b1);
+}
+
+/* Weight row `row` (of `blocks` blocks) against activation rows acts[0 .. rows). */
+static inline __attribute__((always_inline)) void direct_rows(const int qtype, const uint8_t *row, int64_t blocks,
+                                                              int bytes, const Act *acts, const int rows, int64_t kp,
+                                                              float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < kp / CHUNK; t++) {
+        __m512 scale, offset;
+        const __m512i z = chunk64(qtype, row, t, blocks, bytes, &scale, &offset);
+        for (int r = 0; r < rows; r++) {
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, _mm512_loadu_si512(acts[r].codes + t * CHUNK));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_loadu_ps(acts[r].lane_scale + t * 16)),
+                                     acc[r]);
+            acc[r] = _mm512_fmadd_ps(offset, _mm512_loadu_ps(acts[r].lane_csum + t * 16), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes, const Act *acts, int rows,
+                       int64_t kp, float *out) {
+#define DIRECT(T)                                                                  \
+    switch (rows) {  /* constant counts: the accumulators stay in registers */      \
+        case 1: direct_rows(T, row, blocks, bytes, acts, 1, kp, out); return;       \
+        case 2: direct_rows(T, row, blocks, bytes, acts, 2, kp, out); return;       \
+        case 3: direct_rows(T, row, blocks, bytes, acts, 3, kp, out); return;       \
+        default: direct_rows(T, row, blocks, bytes, acts, 4, kp, out); return;      \
+    }
+    switch (qtype) {
+        case T_Q4_0: DIRECT(T_Q4_0)
+        case T_Q4_1: DIRECT(T_Q4_1)
+        case T_Q8_0: DIRECT(T_Q8_0)
+        case T_Q4_K: DIRECT(T_Q4_K)
+        case T_Q5_K: DIRECT(T_Q5_K)
+        default: DIRECT(T_Q6_K)
+    }
+#undef DIRECT
+}
+#endif
+
 /* ---- the linear layer ---- */
 typedef struct {
     DotFn dot;
@@ -406,7 +537,8 @@ typedef struct {
 
 static Act act_at(const Job *job, int64_t r) {
     uint8_t *base = (uint8_t *)job->acts + (size_t)r * act_bytes(job->kp);
-    return (Act){(int8_t *)base, (float *)(base + job->kp), (float *)(base + 2 * job->kp)};
+    const int64_t kp = job->kp;
+    return (Act){(int8_t *)base, (float *)(base + kp), (float *)(base + 2 * kp), (float *)(base + 2 * kp + kp / 4)};
 }
 
 static void store(const Job *job, int64_t r, int64_t col, float y) {
@@ -414,6 +546,64 @@ static void store(const Job *job, int64_t r, int64_t col, float y) {
     if (job->dtype) ((uint16_t *)job->out)[r * job->n + col] = float_to_bf16(y);
     else ((float *)job->out)[r * job->n + col] = y;
 }
+
+/* ---- prefill sizes with bf16 activations: weights widened to bf16, the bf16 vector kernel (vec_gemm.c) ----
+ * A work item widens WIDE_N weight rows into vec_gemm.c's packed layout (per 16 rows, per pair of inputs, the 16
+ * rows' pairs side by side) and runs vec_linear_bf16 on one thread over every activation row; the widening is
+ * paid once per weight, the product runs at the bf16 kernel's speed (no activation quantization at all). */
+#if defined(HAVE_VNNI512) && defined(__AVX512BF16__)
+#define WIDE 1
+#define WIDE_MIN_M 12  /* fewer rows: the direct / q8 paths are faster (measured, kernels/cpu_block_quant.py) */
+#define WIDE_N 64      /* weight rows per work item: four 16-row panels */
+#define PANEL_ROWS 16
+int vec_gemm_best_isa(void);
+
+/* Weight rows [n0, n0 + rows) → bf16 panels [ceil(rows/16)][k/2][16][2] (missing rows zero). */
+static void widen_rows(const Job *job, int64_t n0, int rows, uint8_t *codes, float *s16, float *o16, uint32_t *panels) {
+    const int64_t k = job->k, pairs = k / 2, npanels = (rows + PANEL_ROWS - 1) / PANEL_ROWS;
+    memset(panels, 0, (size_t)(npanels * pairs * PANEL_ROWS) * 4);
+    const Decoded d = {codes, s16, o16};
+    for (int j = 0; j < rows; j++) {
+        decode_row(job->qtype, job->f, job->w + (n0 + j) * job->row_bytes, k, k, d, 1);
+        uint32_t *col = panels + (j / PANEL_ROWS) * pairs * PANEL_ROWS + j % PANEL_ROWS;
+        for (int64_t g = 0; g < k / 16; g++) {
+            const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * g))));
+            const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_fmadd_ps(c, _mm512_set1_ps(s16[g]), _mm512_set1_ps(o16[g])));
+            uint32_t two[8];
+            _mm256_storeu_si256((__m256i *)two, h);
+            for (int q = 0; q < 8; q++) col[(8 * g + q) * PANEL_ROWS] = two[q];
+        }
+    }
+}
+
+static int run_wide(const Job *job, const uint16_t *a, int nthreads) {
+    const int64_t k = job->k, m = job->m, n = job->n, tiles = (n + WIDE_N - 1) / WIDE_N;
+    const size_t panel_bytes = (size_t)(WIDE_N * k * 2), out_bytes = (size_t)(m * WIDE_N * 2);
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads) if (tiles >= 2 * nthreads && nthreads > 1) reduction(| : failed)
+    {
+        uint8_t *scratch = aligned_alloc(64, (panel_bytes + out_bytes + (size_t)k * 2 + 63) / 64 * 64);
+        failed = scratch == NULL;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            if (!scratch) continue;
+            const int64_t n0 = t * WIDE_N;
+            const int rows = n - n0 < WIDE_N ? (int)(n - n0) : WIDE_N;
+            uint32_t *panels = (uint32_t *)scratch;
+            uint16_t *tile_out = (uint16_t *)(scratch + panel_bytes);
+            uint8_t *codes = scratch + panel_bytes + out_bytes;
+            float s16[MAX_K / 16], o16[MAX_K / 16];
+            widen_rows(job, n0, rows, codes, s16, o16, panels);
+            const uint16_t *bias = job->bias ? (const uint16_t *)job->bias + n0 : NULL;
+            failed |= vec_linear_bf16(a, (const uint16_t *)panels, bias, tile_out, m, rows, k, 3, 1);
+            for (int64_t r = 0; r < m; r++)
+                memcpy((uint16_t *)job->out + r * n + n0, tile_out + r * rows, (size_t)rows * 2);
+        }
+        free(scratch);
+    }
+    return failed;
+}
+#endif
 
 /* Work item `t`: weight rows [TILE_N t, TILE_N t + TILE_N) decoded into `scratch`, then every activation row. */
 static void run_tile(const Job *job, int64_t t, uint8_t *scratch) {
@@ -435,6 +625,24 @@ static void run_tile(const Job *job, int64_t t, uint8_t *scratch) {
     }
 }
 
+#if defined(HAVE_VNNI512)
+/* Work item `t` of the direct path: weight rows [TILE_N t, TILE_N t + TILE_N), 4 activation rows at a time. */
+static void run_direct(const Job *job, int64_t t) {
+    const int64_t n0 = t * TILE_N, n1 = job->n - n0 < TILE_N ? job->n : n0 + TILE_N;
+    Act acts[4];
+    float y[4];
+    for (int64_t r0 = 0; r0 < job->m; r0 += 4) {
+        const int rows = job->m - r0 < 4 ? (int)(job->m - r0) : 4;
+        for (int r = 0; r < rows; r++) acts[r] = act_at(job, r0 + r);
+        for (int64_t col = n0; col < n1; col++) {
+            direct_row(job->qtype, job->w + col * job->row_bytes, job->k / job->f.block, job->f.bytes, acts, rows,
+                       job->kp, y);
+            for (int r = 0; r < rows; r++) store(job, r0 + r, col, y[r]);
+        }
+    }
+}
+#endif
+
 /* out [m, n] (dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart, same dtype) times the GGML `qtype`
  * weight w [n, row_bytes] (+ bias [n] of the same dtype, or NULL). */
 int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, int qtype, const void *bias, void *out,
@@ -444,14 +652,28 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
         || row_bytes != k / f.block * f.bytes || (dtype != 0 && dtype != 1) || isa < 0 || isa > bq_best_isa())
         return 1;
     const int64_t kp = (k + CHUNK - 1) / CHUNK * CHUNK, tiles = (n + TILE_N - 1) / TILE_N;
+#if defined(WIDE)
+    if (dtype == 1 && isa >= ISA_AVX512_VNNI && m >= WIDE_MIN_M && lda == k && vec_gemm_best_isa() >= 3) {
+        const Job job = {NULL, f, qtype, dtype, w, row_bytes, NULL, bias, out, m, n, k, kp};
+        return run_wide(&job, a, nthreads) ? 2 : 0;
+    }
+#endif
     uint8_t *acts = aligned_alloc(64, ((size_t)m * act_bytes(kp) + 63) / 64 * 64);
     if (!acts) return 2;
     Job job = {dot_for(isa), f, qtype, dtype, w, row_bytes, acts, bias, out, m, n, k, kp};
     const size_t elem = dtype ? 2 : 4;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (m >= 32)
     for (int64_t r = 0; r < m; r++) quantize_act((const char *)a + r * lda * elem, dtype, k, kp, act_at(&job, r));
-    const size_t scratch_bytes = ((size_t)TILE_N * decoded_bytes(kp) + 63) / 64 * 64;
     int failed = 0;
+#if defined(HAVE_VNNI512)
+    if (isa >= ISA_AVX512_VNNI && m <= DIRECT_MAX_M) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (tiles >= 2 * nthreads && nthreads > 1)
+        for (int64_t t = 0; t < tiles; t++) run_direct(&job, t);
+        free(acts);
+        return 0;
+    }
+#endif
+    const size_t scratch_bytes = ((size_t)TILE_N * decoded_bytes(kp) + 63) / 64 * 64;
     /* Few tiles (a small layer at decode) are not worth waking a second thread for. */
 #pragma omp parallel num_threads(nthreads) if (tiles >= 2 * nthreads && nthreads > 1) reduction(| : failed)
     {

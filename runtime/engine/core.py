@@ -25,11 +25,11 @@ from sprig.runtime.engine.spec.speculator import Draft
 from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
-from sprig.runtime.errors import CheckpointError, RequestError
+from sprig.runtime.errors import RequestError
+from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
 from sprig.runtime.model.checkpoints import demo_model_path
-from sprig.runtime.model.gguf_file import is_gguf_path
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
-from sprig.runtime.model.loader import checkpoint_config, checkpoint_format, load_model, resolve_dtype
+from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
@@ -49,9 +49,6 @@ class EngineCore:
             torch.set_num_threads(config.num_threads)
         self.model_path = str(config.model_path or demo_model_path())
         model_cfg = checkpoint_config(self.model_path)  # config problems are reported before tokenizer ones
-        if is_gguf_path(self.model_path) and (config.tp_size > 1 or config.pp_size > 1):
-            raise CheckpointError("tensor and pipeline parallelism over a GGUF file are not supported yet; use "
-                                  "--tp-size 1 --pp-size 1")
         self.tokenizer = Tokenizer(self.model_path)
         # Tensor / pipeline parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
         self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 or config.pp_size > 1 else None

@@ -114,13 +114,20 @@ class BlockQuantEmbedding(RawRows):
     def __init__(self, num_embeddings: int, embedding_dim: int, qtype: GGMLType, dtype: torch.dtype) -> None:
         super().__init__(num_embeddings, embedding_dim, qtype)
         self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
+        self.in_c = False  # lookups in C (`pack_for_cpu`), else the torch reference
+
+    def pack_for_cpu(self) -> bool:
+        """Look rows up with the C kernel where it takes the table (decided once: a CPU graph replays the lookup);
+        returns whether it does."""
+        self.in_c = bq_supports(self.qtype, self.embedding_dim, self.dtype, self.weight)
+        return self.in_c
 
     def tied_head(self) -> BlockQuantLinear:
         """The LM head that shares this table (logits = x @ table^T), over the same bytes."""
         return BlockQuantLinear.sharing(self.weight, self.embedding_dim, self.qtype, self.dtype)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if bq_supports(self.qtype, self.embedding_dim, self.dtype, self.weight):
+        if self.in_c:
             return bq_embedding(ids, self.weight, self.qtype, self.embedding_dim, self.dtype)
         flat = ids.reshape(-1)
         rows = dequantize(self.weight.index_select(0, flat), self.qtype, self.embedding_dim)

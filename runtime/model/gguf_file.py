@@ -2,8 +2,8 @@
 
 The reader memory-maps the file and parses every metadata field eagerly, a numpy view per array element (about
 250,000 for a 49k vocabulary). On a `numpy.memmap` each view pays memmap's `__array_finalize__`; `_Reader` keeps
-the mapping as a plain ndarray (the memmap stays alive as its base), which makes opening SmolLM2's file 3-4x faster.
-An opened file is cached per path, size and mtime, so the config, tokenizer and weights read it once.
+the mapping as a plain ndarray (the memmap stays alive as its base): SmolLM2's file opens in 1.7-2.1 s, not 5.6 s
+(2-core dev machine, load average ~10). An opened file is cached per path, size and mtime, so the config, tokenizer and weights read it once.
 """
 
 from __future__ import annotations
@@ -101,13 +101,6 @@ class GGUFFile:
         if value is None:
             raise CheckpointError(f"{self.path.name}: GGUF metadata lacks {key}")
         return value
-
-    def strings(self, key: str) -> list[str] | None:
-        """A string array (the vocabulary, the merges) decoded in one pass."""
-        field = self.fields.get(key)
-        if field is None:
-            return None
-        return [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
 
     @property
     def file_type(self) -> str:

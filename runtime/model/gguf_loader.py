@@ -4,6 +4,7 @@ Two modes. **Native** (the default): each linear or embedding stored block-quant
 `BlockQuantLinear` / `BlockQuantEmbedding` holding the file's raw rows, never dequantized at load; a tied LM head
 shares the embedding's bytes. A fused projection (q/k/v, gate/up) whose parts have different GGML types (Q4_K_M
 files mix Q4_K and Q6_K) is held dequantized in the model dtype, and so is every F32 / F16 / BF16 tensor.
+The loader ties a block-quantized head to the embedding (`_tie_block_quant_head`) before the tensors are read.
 **Dequantized** (`--gguf-dequantize`): every tensor is dequantized into the model dtype, plain `Linear`s.
 
 llama.cpp's converter interleaves the two rotary halves of each head's rows in `attn_q` / `attn_k` of `llama`
@@ -23,7 +24,7 @@ from torch import nn
 
 from sprig.kernels.ggml_quants import GGMLType, dequantize
 from sprig.runtime.errors import CheckpointError
-from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear, checkpoint_type
+from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear, RawRows, checkpoint_type
 from sprig.runtime.model.config import ModelConfig
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear
 from sprig.runtime.model.gguf_config import gguf_model_config
@@ -81,10 +82,18 @@ def gguf_targets(model: CausalLM, arch: str) -> dict[str, GGUFTarget]:
     return targets
 
 
-def check_gguf(path: str | Path) -> tuple[GGUFFile, ModelConfig]:
-    """Open the file and check what can be checked before building anything: the header and tensor extents,
-    the architecture and config, the tokenizer model and its size, every tensor's type. `sprig serve` runs this
-    before it serves the port; each problem is a one-line CheckpointError."""
+def check_gguf(path: str | Path, quantization: str | None = None,
+               sharded: bool = False) -> tuple[GGUFFile, ModelConfig]:
+    """Open the file and check what can be checked before building anything: the options (no --quantization, no
+    tensor / pipeline parallelism), the header and tensor extents, the architecture and config, the tokenizer model
+    and its size, every tensor's type. `sprig serve` runs this before it serves the port; each problem is a one-line
+    CheckpointError."""
+    if quantization is not None:
+        raise CheckpointError(f"--quantization {quantization} does not apply to a GGUF file (its weights load as "
+                              "stored; --gguf-dequantize loads them in the model dtype)")
+    if sharded:
+        raise CheckpointError("tensor and pipeline parallelism over a GGUF file are not supported yet; use "
+                              "--tp-size 1 --pp-size 1")
     gguf = open_gguf(path)
     cfg = gguf_model_config(gguf)
     check_tokenizer_metadata(gguf, gguf.tensors["token_embd.weight"].shape[0])
@@ -138,8 +147,6 @@ def fill_from_gguf(model: CausalLM, gguf: GGUFFile) -> None:
         raise CheckpointError(f"missing tensors in {gguf.path.name}: {_short_list(missing)}")
     for name, target in targets.items():
         _copy(target, name, gguf.tensors[name], types[name])
-    if isinstance(model.embed_tokens, BlockQuantEmbedding) and model.lm_head is None:
-        model.lm_head = model.embed_tokens.tied_head()  # why: the decoder's F.linear cannot read GGML blocks
 
 
 def _raw_rows(tensor: GGUFTensor) -> torch.Tensor:
@@ -154,19 +161,22 @@ def _raw_rows(tensor: GGUFTensor) -> torch.Tensor:
 def _copy(target: GGUFTarget, name: str, tensor: GGUFTensor, qtype: GGMLType) -> None:
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
-    block = isinstance(target.module, BlockQuantLinear | BlockQuantEmbedding) and target.attr == "weight"
-    expected = (rows,) if param.dim() == 1 else (rows, target.module.in_features if block else param.shape[1])
+    module = target.module
+    block = isinstance(module, RawRows) and target.attr == "weight"
+    cols = module.in_features if isinstance(module, RawRows) else param.shape[-1]
+    expected = (rows,) if param.dim() == 1 else (rows, cols)
     if tensor.shape != expected:
         raise CheckpointError(f"tensor {name} has shape {tensor.shape}, expected {expected}")
     raw = _raw_rows(tensor)  # [rows, row_bytes]; a 1-D tensor is one row
     if block:
-        if qtype is not target.module.qtype:
-            raise CheckpointError(f"tensor {name} is {qtype.name}, its layer holds {target.module.qtype.name}")
-        target.module.load_raw(target.row_start, _unpermute_rows(raw, target.heads))
+        assert isinstance(module, RawRows)  # `block` says so
+        if qtype is not module.qtype:
+            raise CheckpointError(f"tensor {name} is {qtype.name}, its layer holds {module.qtype.name}")
+        module.load_raw(target.row_start, _unpermute_rows(raw, target.heads))
         return
+    dest = param.data[target.row_start : target.row_start + rows]
     values = dequantize(raw, qtype, tensor.shape[-1]).reshape(rows, -1)  # a 1-D tensor as a column
-    values = _unpermute_rows(values, target.heads).reshape(param.data[target.row_start : target.row_start + rows].shape)
-    param.data[target.row_start : target.row_start + rows].copy_(values.to(param.dtype))
+    dest.copy_(_unpermute_rows(values, target.heads).reshape(dest.shape).to(dest.dtype))
 
 
 def _unpermute_rows(rows: torch.Tensor, heads: int) -> torch.Tensor:

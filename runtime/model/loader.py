@@ -18,13 +18,18 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
+from sprig.kernels.ggml_quants import GGMLType
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
-from sprig.runtime.model.block_quant import BLOCK_QUANTIZATIONS, BlockQuantLinear, block_quantization
+from sprig.runtime.model.block_quant import (
+    BlockQuantEmbedding,
+    BlockQuantLinear,
+    RawRows,
+    block_quantization,
+)
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
-from sprig.runtime.model.gguf_config import gguf_model_config
-from sprig.runtime.model.gguf_file import is_gguf_path, open_gguf
+from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
@@ -98,7 +103,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
     if model.norm is not None:
         targets["model.norm.weight"] = Target(model.norm, "weight")
-    if model.lm_head is not None:
+    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied block-quantized head is the table
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
     q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
@@ -170,19 +175,6 @@ def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
             _quantize_linears(child, dtype)
 
 
-def _block_quant_linears(model: CausalLM, dtype: torch.dtype, quantization: str) -> None:
-    """The decoder layers' linears as `BlockQuantLinear`s of GGML type `quantization` (`--quantization q8_0`:
-    a scale per 32 weights, where int8's one per row loses more); the LM head and embedding stay in `dtype`."""
-    qtype = block_quantization(quantization)
-    assert qtype is not None  # load_model checked the name
-    for layer in model.layers:
-        for parent in layer.modules():
-            for name, child in parent.named_children():
-                if isinstance(child, Linear):
-                    out_f, in_f = child.weight.shape
-                    setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
-
-
 def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> None:
     """The decoder layers' linears as `Fp8Linear`s (the LM head and embeddings stay in `dtype`, as fp8
     checkpoints keep them); block-scaled checkpoints share a scale over `fp8.block[1]` input columns."""
@@ -193,6 +185,24 @@ def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> 
                 if isinstance(child, Linear):
                     out_f, in_f = child.weight.shape
                     setattr(parent, name, Fp8Linear(in_f, out_f, child.bias is not None, dtype, col_block))
+
+
+def _block_quant_model(model: CausalLM, dtype: torch.dtype, qtype: GGMLType) -> None:
+    """Every linear (the LM head too) as a `BlockQuantLinear` and the embedding as a `BlockQuantEmbedding`, all
+    `qtype`; a tied LM head is attached after `to_empty` (`_tie_block_quant_head`), sharing the table's bytes."""
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, Linear):
+                out_f, in_f = child.weight.shape
+                setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
+    if model.embed_tokens is not None:
+        rows, dim = model.embed_tokens.weight.shape
+        model.embed_tokens = BlockQuantEmbedding(rows, dim, qtype, dtype)  # type: ignore[assignment]
+
+
+def _tie_block_quant_head(model: CausalLM) -> None:
+    if isinstance(model.embed_tokens, BlockQuantEmbedding) and model.cfg.tie_word_embeddings and model.stage.last:
+        model.lm_head = model.embed_tokens.tied_head()  # type: ignore[assignment]
 
 
 def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
@@ -212,21 +222,24 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
     dest = param.data[target.row_start : target.row_start + rows]
+    if isinstance(target.module, RawRows) and target.attr == "weight":
+        if tuple(tensor.shape) != (rows, target.module.in_features):
+            raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected "
+                                  f"{(rows, target.module.in_features)}")
+        target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
+        return
     if target.attr == "weight_scale":
         assert fp8 is not None and isinstance(target.module, Fp8Linear)  # scale targets: fp8 checkpoints only
         tensor = expand_scale(tensor, fp8, (rows, int(target.module.weight.shape[1])), name)
+    if tuple(dest.shape) != tuple(tensor.shape):
+        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
     is_weight = target.attr == "weight"
-    # a block-quantized weight holds raw bytes per row: the checkpoint's rows are checked against its features
-    want = (rows, target.module.in_features) if isinstance(target.module, BlockQuantLinear) and is_weight else \
-        tuple(dest.shape)
-    if tuple(want) != tuple(tensor.shape):
-        raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(want)}")
     if isinstance(target.module, Fp8Linear) and is_weight and fp8 is not None:
         if tensor.dtype != FP8:
             raise CheckpointError(f"tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, expected "
                                   "float8_e4m3fn (config.json declares an fp8 checkpoint)")
         dest.copy_(tensor)
-    elif isinstance(target.module, (Int8Linear, Fp8Linear, BlockQuantLinear)) and is_weight:
+    elif isinstance(target.module, (Int8Linear, Fp8Linear)) and is_weight:
         target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
     else:
         dest.copy_(tensor.to(dest.dtype))
@@ -247,9 +260,10 @@ def _build_empty_model(
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
-        elif quantization in BLOCK_QUANTIZATIONS:
-            _block_quant_linears(model, dtype, quantization)
+        elif (qtype := block_quantization(quantization)) is not None:
+            _block_quant_model(model, dtype, qtype)
     model = model.to_empty(device=device)
+    _tie_block_quant_head(model)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
     for m in model.modules():
@@ -281,16 +295,14 @@ def load_model(
     A GGUF file's block-quantized tensors stay quantized unless `gguf_dequantize` (see `gguf_loader.py`).
     """
     if is_gguf_path(path):
-        if quantization is not None:
-            raise CheckpointError(f"--quantization {quantization} does not apply to a GGUF file (its weights load "
-                                  "as stored; --gguf-dequantize loads them in the model dtype)")
-        return _load_gguf(Path(path), dtype, device, attention_backend, tp, stage, gguf_dequantize)
+        sharded = (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers)
+        gguf, cfg = check_gguf(path, quantization, sharded)
+        return _load_gguf(gguf, cfg, dtype, device, attention_backend, gguf_dequantize)
     folder = Path(path)
     cfg = load_model_config(folder)
     torch_dtype = resolve_dtype(dtype, cfg)
-    methods = (*QUANTIZATION_METHODS, *BLOCK_QUANTIZATIONS)
-    if quantization is not None and quantization not in methods:
-        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(methods)}")
+    if quantization is not None and quantization not in QUANTIZATION_METHODS:
+        raise CheckpointError(f"unsupported quantization {quantization!r}; supported: {', '.join(QUANTIZATION_METHODS)}")
     fp8 = Fp8Format.from_config(folder)
     if fp8 is not None and quantization not in (None, "fp8"):
         raise CheckpointError(f"the checkpoint is fp8 already; --quantization {quantization} cannot apply to it")
@@ -300,7 +312,7 @@ def load_model(
                               f"supported: {_short_list(kept)}")
     if (fp8 is not None or quantization == "fp8") and tp is not None and tp.enabled:
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
-    if quantization in BLOCK_QUANTIZATIONS and tp is not None and tp.enabled:
+    if block_quantization(quantization) is not None and tp is not None and tp.enabled:
         raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
                               "--tp-size 1")
     files = _safetensors_files(folder)
@@ -349,9 +361,10 @@ def load_model(
 def _finish(model: CausalLM, device: str) -> CausalLM:
     """Re-lay the loaded linears out for the CPU kernels and record which kernels run them."""
     _pack_int8_linears(model, device)
-    for m in model.modules():
-        if isinstance(m, BlockQuantLinear) and torch.device(device).type == "cpu":
-            m.pack_for_cpu()
+    if torch.device(device).type == "cpu":
+        for m in model.modules():
+            if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
+                m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -363,34 +376,8 @@ def _finish(model: CausalLM, device: str) -> CausalLM:
     return model
 
 
-@dataclass(frozen=True)
-class CheckpointFormat:
-    """What kind of checkpoint a path holds, for the start-up block and /model_info."""
-
-    name: str  # "safetensors" (a Hugging Face folder) or "gguf"
-    file_type: str | None  # a GGUF file's quantization as llama.cpp names it (`Q4_1`); None for a folder
-
-    def describe(self) -> str:
-        return self.name if self.file_type is None else f"{self.name} {self.file_type}"
-
-
-def checkpoint_format(path: str | Path) -> CheckpointFormat:
-    if is_gguf_path(path):
-        return CheckpointFormat("gguf", open_gguf(path).file_type)
-    return CheckpointFormat("safetensors", None)
-
-
-def checkpoint_config(path: str | Path) -> ModelConfig:
-    """The model description of a checkpoint folder or a GGUF file."""
-    return gguf_model_config(open_gguf(path)) if is_gguf_path(path) else load_model_config(path)
-
-
-def _load_gguf(path: Path, dtype: str, device: str, attention_backend: str | None, tp: TPContext | None,
-               stage: StageRange | None, dequantized: bool) -> CausalLM:
-    if (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers):
-        raise CheckpointError("tensor and pipeline parallelism over a GGUF file are not supported yet; use "
-                              "--tp-size 1 --pp-size 1")
-    gguf, cfg = check_gguf(path)
+def _load_gguf(gguf: GGUFFile, cfg: ModelConfig, dtype: str, device: str, attention_backend: str | None,
+               dequantized: bool) -> CausalLM:
     swap = None if dequantized else (lambda model: use_block_quant(model, gguf))
     try:
         model = _build_empty_model(cfg, resolve_dtype(dtype, cfg), None, device, attention_backend, swap=swap)
@@ -425,8 +412,8 @@ def _linear_label(module: nn.Module) -> str | None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
     if isinstance(module, BlockQuantLinear):
-        return f"ggml {module.qtype.name.lower()} " + ("(torch dequantize)" if module.isa is None
-                                                       else f"({module.isa.name.lower()})")
+        kernel = "dequantize + F.linear" if module.isa is None else module.isa.name.lower()
+        return f"{module.qtype.name.lower()} ({kernel})"
     return "fp8" if isinstance(module, Fp8Linear) else None
 
 
@@ -434,15 +421,16 @@ def _in_c(module: nn.Module) -> bool:
     """Whether a linear layer runs one of sprig's C kernels (which a CPU graph can replay)."""
     if isinstance(module, Linear):
         return module.kernel in (LinearKernel.AMX, LinearKernel.VEC)
-    return isinstance(module, Int8Linear) and module.isa is not None
+    return isinstance(module, Int8Linear | BlockQuantLinear) and module.isa is not None
 
 
 def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
     if model.lm_head is None:
         return "the LM head is the tied embedding, multiplied by F.linear"
-    kinds = Linear | Int8Linear | Fp8Linear | BlockQuantLinear
-    labels = {_linear_label(m) for m in model.modules() if isinstance(m, kinds) and not _in_c(m)}
+    labels = {_linear_label(m) for m in model.modules()
+              if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
+              and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 
 
