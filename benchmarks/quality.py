@@ -42,6 +42,7 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "bf16": ("gguf", {"dtype": "bfloat16", "gguf_dequantize": True}),
     "int8-w8a8": ("folder", {"dtype": "float32", "quantization": "int8"}),
     "fp8-weights": ("folder", {"dtype": "float32", "quantization": "fp8"}),
+    "q8_0": ("folder", {"dtype": "float32", "quantization": "q8_0"}),
     "kv-int8": ("gguf", {"dtype": "float32", "gguf_dequantize": True, "kv_cache_dtype": "int8"}),
     "kv-fp8_e4m3": ("gguf", {"dtype": "float32", "gguf_dequantize": True, "kv_cache_dtype": "fp8_e4m3"}),
     "kv-fp8_e5m2": ("gguf", {"dtype": "float32", "gguf_dequantize": True, "kv_cache_dtype": "fp8_e5m2"}),
