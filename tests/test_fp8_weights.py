@@ -151,3 +151,12 @@ def test_malformed_fp8_checkpoints_get_a_one_line_error(block_checkpoint, tmp_pa
 def test_an_fp8_checkpoint_cannot_be_requantized_to_int8(block_checkpoint):
     with pytest.raises(CheckpointError, match="fp8 already"):
         load_model(block_checkpoint, "float32", "int8")
+
+
+def test_quantization_fp8_smollm2_perplexity_stays_near_fp32(smollm2_folder, smollm2_fp32_perplexity):
+    """--quantization fp8 (e4m3, a scale per row) on the real SmolLM2-135M: the short text's perplexity (measured
+    -0.36 % from sprig fp32's 18.833, tests/perplexity_helpers.py) within 1.5 % of fp32's."""
+    from perplexity_helpers import assert_perplexity_near, short_perplexity
+
+    ppl = short_perplexity(smollm2_folder, dtype="float32", quantization="fp8")
+    assert_perplexity_near(ppl.value, smollm2_fp32_perplexity, 1.5)
