@@ -14,12 +14,13 @@ template's assistant prompt. Assistant ``tool_calls`` are passed to templates th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
 from sprig.runtime.engine.generate_request import GenerateRequest
-from sprig.runtime.engine.request import Logprob, LogprobOptions
+from sprig.runtime.engine.request import LogprobOptions
 from sprig.runtime.engine.sampling_params import FieldNames, SamplingParams
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.tokenizer import Tokenizer
@@ -330,9 +331,12 @@ def finish_reason(meta: dict[str, Any]) -> str | None:
     return None if reason is None else str(reason.get("type"))
 
 
-def result_entries(meta: dict[str, Any], prompt: bool) -> list[Logprob]:
+Entries = Sequence[tuple[Any, int, Any]]  # (logprob, token id, top alternatives): a delta's or a result's
+
+
+def result_entries(meta: dict[str, Any], prompt: bool) -> list[tuple[Any, int, list]]:
     """(logprob, token id, top alternatives) of a result's prompt (with `prompt`) and output tokens."""
-    out: list[Logprob] = []
+    out: list[tuple[Any, int, list]] = []
     keys = [("input_token_logprobs", "input_top_logprobs")] if prompt else []
     for pairs_key, tops_key in [*keys, ("output_token_logprobs", "output_top_logprobs")]:
         tops = meta.get(tops_key) or []
@@ -341,7 +345,7 @@ def result_entries(meta: dict[str, Any], prompt: bool) -> list[Logprob]:
     return out
 
 
-def completion_logprobs(entries: list[Logprob], texts: TokenTexts, offset: int) -> tuple[CompletionLogprobs, int]:
+def completion_logprobs(entries: Entries, texts: TokenTexts, offset: int) -> tuple[CompletionLogprobs, int]:
     """Legacy completions logprobs of `entries`; returns them and the text offset after them."""
     result = CompletionLogprobs()
     for lp, tid, top in entries:
@@ -354,7 +358,7 @@ def completion_logprobs(entries: list[Logprob], texts: TokenTexts, offset: int) 
     return result, offset
 
 
-def chat_logprobs(entries: list[Logprob], texts: TokenTexts) -> ChatLogprobs:
+def chat_logprobs(entries: Entries, texts: TokenTexts) -> ChatLogprobs:
     """Chat logprobs (`content` entries with top alternatives) of output `entries`."""
     content = []
     for lp, tid, top in entries:

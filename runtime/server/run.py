@@ -207,9 +207,11 @@ class GenerationRun:
         finish_reason abort."""
         out = []
         for i in range(self.num_sequences):
-            r = self.acc.result(i) if i in self.meta else {"text": "", "output_ids": [], "meta_info": _empty_meta()}
-            if aborted and r["meta_info"].get("finish_reason") is None:
-                r["meta_info"]["finish_reason"] = {"type": "abort", "matched": None}
+            r: dict[str, Any] = self.acc.result(i) if i in self.meta else {"text": "", "output_ids": [],
+                                                                             "meta_info": _empty_meta()}
+            meta: dict[str, Any] = r["meta_info"]
+            if aborted and meta.get("finish_reason") is None:
+                meta["finish_reason"] = {"type": "abort", "matched": None}
             out.append(r)
         return out
 
