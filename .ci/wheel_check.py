@@ -21,14 +21,18 @@ def check_installed_outside_checkout() -> None:
     print(f"sprig from {where.parent}")
 
 
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
 def check_engine_generate() -> None:
-    engine = sprig.Engine(num_threads=1)
+    engine = sprig.Engine(num_threads=1)  # the default model, SmolLM2-135M-Instruct
     try:
-        out = engine.generate("Hello", {"max_new_tokens": 8, "temperature": 0})
+        prompt = engine.tokenizer.apply_chat_template(QUESTION)
+        out = engine.generate(prompt, {"max_new_tokens": 24, "temperature": 0})
     finally:
         engine.shutdown()
-    assert out["meta_info"]["completion_tokens"] > 0, out
-    print(f"Engine().generate: {out['meta_info']['completion_tokens']} tokens, {out['text']!r}")
+    assert "Paris" in out["text"], out
+    print(f"Engine().generate: {out['text']!r}")
 
 
 def free_port() -> int:
@@ -49,10 +53,12 @@ def check_serve_one_request() -> None:
             assert proc.poll() is None, f"sprig serve exited {proc.returncode}: {proc.stderr.read()[-3000:]}"
             assert time.monotonic() < deadline, "sprig serve did not become healthy in 300 s"
             time.sleep(0.5)
-        body = {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8, "temperature": 0}
+        body = {"messages": QUESTION, "max_tokens": 24, "temperature": 0}
         reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
         assert reply.status_code == 200, reply.text
-        print(f"sprig serve: {reply.json()['choices'][0]['message']['content']!r}")
+        answer = reply.json()["choices"][0]["message"]["content"]
+        assert "Paris" in answer, answer
+        print(f"sprig serve: {answer!r}")
     finally:
         proc.terminate()
         proc.wait(60)

@@ -9,6 +9,7 @@ print the Triton kernel's TFLOP/s (prefill is compute-bound, so its %bw is expec
     python benchmarks/gpu_check.py                  # fp16 and bf16, about 2-4 minutes on an H100/H200
     python benchmarks/gpu_check.py --dtypes fp16 --budget-s 120
     python benchmarks/gpu_check.py --engine         # instead: the overlap schedule on/off, and pp 1 vs 2 (2 GPUs)
+    python benchmarks/gpu_check.py --block-quant    # only the GGML block-quant twins at SmolLM2's shapes (~1 min)
 
 `--engine` runs overlap_bench's measurement on CUDA (llama-100m bf16, 128 -> 64 tokens, concurrency 16 and 64,
 overlap off then on: output tokens/s, the gap between forwards, the forward's time per step) and, where two GPUs
@@ -267,6 +268,79 @@ def _store_kv_case(dtype: torch.dtype) -> Case:
                 4 * k.numel() * k.element_size() + t * 8)  # fmt: skip
 
 
+# GGML block-quant twins (kernels/triton_block_quant.py) at SmolLM2-135M's shapes: (N, K) of q/o, k/v, gate/up and
+# down (its GGUF file stores them Q4_1) and the tied embedding / LM head (Q8_0). K-quants need K % 256 == 0: of
+# these shapes only down's K = 1536, where every type is timed.
+SMOLLM2_LINEARS = ((576, 576), (192, 576), (1536, 576), (576, 1536))
+SMOLLM2_VOCAB = 49152
+
+
+def _random_blocks(qtype, n: int, k: int) -> torch.Tensor:
+    """Random GGML rows on DEVICE: random codes, small finite fp16 scales and mins (at each block's fp16 fields)."""
+    from sprig.kernels.ggml_quants import GGMLType
+
+    fp16_at = {GGMLType.Q4_1: (0, 2), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
+    raw = torch.randint(0, 256, (n, qtype.row_bytes(k)), dtype=torch.uint8, device=DEVICE)
+    blocks = raw.view(-1, qtype.type_size)
+    for at in fp16_at.get(qtype, (0,)):
+        scale = (torch.rand(blocks.shape[0], device=DEVICE) * 0.02 - 0.005).half()
+        blocks[:, at : at + 2] = scale.view(torch.uint8).view(-1, 2)
+    return raw
+
+
+def _block_quant_matmul_case(dtype: torch.dtype, qtype, m: int, n: int, k: int) -> Case:
+    """Triton over the raw blocks vs the reference (ggml_quants.dequantize, then an fp32 product); the torch
+    column times cuBLAS on the weight dequantized to x's dtype beforehand (what dequantizing at load would run)."""
+    from sprig.kernels import ggml_quants, triton_block_quant
+
+    m, n = _n(m), _n(n)  # K stays: it must be whole blocks
+    raw = _random_blocks(qtype, n, k)
+    w32 = ggml_quants.dequantize(raw, qtype, k)
+    dense = w32.to(dtype)
+    x = torch.randn(m, k, dtype=dtype, device=DEVICE)
+
+    def check() -> float:
+        return _err(triton_block_quant.block_quant_matmul(x, raw, qtype), x.float() @ w32.T)
+
+    moved = raw.numel() + (m * k + m * n) * x.element_size()
+    return Case(f"bq_matmul {qtype.name}", f"M={m} N={n} K={k}", dtype, lambda: torch.nn.functional.linear(x, dense),
+                lambda: triton_block_quant.block_quant_matmul(x, raw, qtype), check, moved, 2.0 * m * n * k)  # fmt: skip
+
+
+def _block_quant_rows_case(dtype: torch.dtype) -> Case:
+    """The embedding lookup: bitwise against the reference; the torch column times F.embedding on a dense table."""
+    from sprig.kernels import ggml_quants, triton_block_quant
+    from sprig.kernels.ggml_quants import GGMLType
+
+    vocab, k, count = _n(SMOLLM2_VOCAB), 576, _n(4096)
+    raw = _random_blocks(GGMLType.Q8_0, vocab, k)
+    table = ggml_quants.dequantize(raw, GGMLType.Q8_0, k).to(dtype)
+    ids = torch.randint(0, vocab, (count,), device=DEVICE)
+
+    def check() -> float:
+        same = torch.equal(triton_block_quant.block_quant_rows(raw, ids, GGMLType.Q8_0, dtype), table[ids])
+        return 0.0 if same else float("inf")
+
+    moved = count * (GGMLType.Q8_0.row_bytes(k) + k * table.element_size() + 8)
+    return Case("bq_rows Q8_0", f"{count} of {vocab}x{k}", dtype, lambda: torch.nn.functional.embedding(ids, table),
+                lambda: triton_block_quant.block_quant_rows(raw, ids, GGMLType.Q8_0, dtype), check, moved)  # fmt: skip
+
+
+def block_quant_builders(dtype: torch.dtype) -> list[Callable[[], list[Case]]]:
+    """SmolLM2's Q4_1 linears at decode (M = 1) and prefill (M = 512), the GEMV's and GEMM's smallest tiles
+    (M = 8, 16), its Q8_0 LM head and embedding lookup, and every type on the down projection."""
+    from sprig.kernels.ggml_quants import GGMLType
+    from sprig.kernels.triton_block_quant import SUPPORTED_TYPES
+
+    cases = [(GGMLType.Q4_1, m, n, k) for n, k in SMOLLM2_LINEARS for m in (1, 512)]
+    cases += [(GGMLType.Q4_1, m, 1536, 576) for m in (8, 16)]
+    cases += [(GGMLType.Q8_0, m, SMOLLM2_VOCAB, 576) for m in (1, 512)]
+    cases += [(t, m, 576, 1536) for t in SUPPORTED_TYPES if t is not GGMLType.Q4_1 for m in (1, 512)]
+    return [(lambda c=c: [_block_quant_matmul_case(dtype, *c)]) for c in cases] + [
+        lambda: [_block_quant_rows_case(dtype)]
+    ]
+
+
 def case_builders(dtype: torch.dtype) -> list[Callable[[], list[Case]]]:
     """Cheap closures that allocate each case's tensors only when it runs (and free them after)."""
     return [
@@ -284,14 +358,16 @@ def case_builders(dtype: torch.dtype) -> list[Callable[[], list[Case]]]:
         lambda: [_attention_case("decode long", dtype, [1] * 4, [32767] * 4)],
         lambda: [_attention_case("prefill", dtype, [2048] * 4, [0] * 4)],
         lambda: [_attention_case("extend+prefix", dtype, [512, 1024, 37, 900], [1500, 4000, 8191, 0])],
+        *block_quant_builders(dtype),
     ]
 
 
 # --------------------------------------------------------------------------------------------- report
 
 
-def run(dtypes: list[torch.dtype], budget_s: float) -> int:
-    """Run every case within the budget, print the table; the number of failed comparisons."""
+def run(dtypes: list[torch.dtype], budget_s: float, block_quant_only: bool = False) -> int:
+    """Run every case (or the GGML block-quant ones) within the budget, print the table; the number of failed
+    comparisons."""
     flush = _flush_buffer()
     bw = peak_bandwidth(flush)
     print(f"{torch.cuda.get_device_name()}: measured peak bandwidth {bw / 1e12:.2f} TB/s\n")
@@ -301,7 +377,7 @@ def run(dtypes: list[torch.dtype], budget_s: float) -> int:
     print(header + f"{'speedup':>7} {'bound ms':>8} {'%bw':>5} {'TFLOP/s':>7}")
     deadline, failures = time.monotonic() + budget_s, 0
     for dtype in dtypes:
-        for build in case_builders(dtype):
+        for build in block_quant_builders(dtype) if block_quant_only else case_builders(dtype):
             if time.monotonic() > deadline:
                 print(f"budget of {budget_s:.0f}s spent: skipping the remaining cases")
                 return failures
@@ -354,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=420.0, help="stop starting cases after this many seconds"
     )
     parser.add_argument("--engine", action="store_true", help="the engine measurements instead of the kernels")
+    parser.add_argument("--block-quant", action="store_true",
+                        help="only the GGML block-quant matmul and lookup at SmolLM2's shapes")  # fmt: skip
     parser.add_argument("--model", default="llama-100m", help="checkpoint recipe for --engine")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -372,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine:
         engine_check(args.model)
         return 0
-    failures = run([DTYPES[name.strip()] for name in args.dtypes.split(",")], args.budget_s)
+    failures = run([DTYPES[name.strip()] for name in args.dtypes.split(",")], args.budget_s, args.block_quant)
     print(f"\n{'all comparisons pass' if failures == 0 else f'{failures} comparison(s) FAILED'}")
     return 1 if failures else 0
 

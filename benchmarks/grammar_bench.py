@@ -28,7 +28,7 @@ import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
 from sprig.grammar.matcher import allocate_token_bitmask
-from sprig.grammar.ordering import schema_ordered_dumps
+from sprig.grammar.schema.ordering import schema_ordered_dumps
 from sprig.kernels.bitmask import apply_token_bitmask_
 from sprig.runtime.model.checkpoints import SPECIAL_TOKENS, cache_dir, checkpoint_path
 

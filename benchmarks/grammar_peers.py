@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.matcher import allocate_token_bitmask
 
 
 @dataclass
@@ -116,7 +117,7 @@ def sprig_walk(compiler: GrammarCompiler, name: str, schema: dict, ids: list[int
     bitmask = allocate_token_bitmask(1, info.vocab_size)
 
     def walker():
-        m = GrammarMatcher(compiled)
+        m = matcher_for(compiled)
         return (lambda: m.fill_bitmask(bitmask, 0), lambda t: bit_set(bitmask, t), m.accept_token, m.can_finish)
 
     return timed_walk(result, ids, walker, rounds)
@@ -142,7 +143,7 @@ def xgrammar_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int], 
     bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
 
     def walker():
-        m = xgr.GrammarMatcher(compiled)
+        m = xgr.matcher_for(compiled)
         return (lambda: m.fill_next_token_bitmask(bitmask, 0), lambda t: bit_set(bitmask, t), m.accept_token,
                 lambda: m.accept_token(info.eos_token_ids[0]))
 

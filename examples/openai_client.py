@@ -1,10 +1,9 @@
 """Talk to `sprig serve` with the official `openai` client: completion, streamed chat, JSON output, a tool call.
 
-    sprig serve &                       # the demo model on http://127.0.0.1:30000
+    sprig serve &                       # SmolLM2-135M-Instruct on http://127.0.0.1:30000
     python examples/openai_client.py    # or: python examples/openai_client.py --base-url http://HOST:PORT/v1
 
-The demo model has random weights, so its words are nonsense; the JSON and the tool arguments are still valid
-(grammar-constrained decoding).
+The JSON and the tool arguments are valid by construction (grammar-constrained decoding), whatever the model.
 """
 
 from __future__ import annotations

@@ -95,5 +95,5 @@ def main(engine: Any) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    with sprig.Engine() as demo:  # the built-in demo model; shut down cleanly at the end
-        main(demo)
+    with sprig.Engine() as engine:  # the default model, SmolLM2-135M-Instruct; shut down cleanly at the end
+        main(engine)

@@ -1,26 +1,24 @@
-"""Per-request grammar state: fill a bitmask row, accept tokens, roll back, jump forward.
+"""The per-request matcher interface both backends implement, and the batch bitmask it fills.
 
-One `GrammarMatcher` per request, created from a shared `CompiledGrammar`. The engine allocates one int32
-bitmask for the whole batch (`allocate_token_bitmask`) on the CPU, asks each constrained request to fill its
-row, and applies it with `sprig.kernels.bitmask.apply_token_bitmask_`. Rows are written by outlines-core in
-native code (no Python loop over the vocabulary on the decode path) and cached per grammar state, since a
-state allowing most of a large vocabulary takes milliseconds to write and is revisited by every request.
+One matcher per request, created from a shared compiled grammar by `factory.matcher_for`, which picks the
+compiled grammar's backend (`llg/matcher.py`, `outlines/matcher.py`). The engine allocates one int32 bitmask
+for the whole batch (`allocate_token_bitmask`) on the CPU, asks each constrained request to fill its row,
+and applies it with `sprig.kernels.bitmask.apply_token_bitmask_`. Jump-forward (re-tokenizing the forced
+text with the last output token) is the same on both backends and lives here.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from outlines_core import Guide
 
-from sprig.grammar import labels
-from sprig.grammar.automaton import CompiledGrammar
+from sprig.grammar.vocabulary import TokenizerInfo
 
 MAX_JUMP_BYTES = 256  # why: bounds the work (and the extend pass) of one jump-forward
-MAX_ROW_CACHE_BYTES = 16 << 20  # per compiled grammar: finished bitmask rows, reused by every request
 
 
 def allocate_token_bitmask(batch: int, vocab_size: int) -> torch.Tensor:
@@ -46,94 +44,47 @@ class JumpForward:
     text: str
 
 
-class GrammarMatcher:
-    """The state of one request inside a compiled grammar.
+class GrammarMatcher(ABC):
+    """The state of one request inside a compiled grammar (build one with `factory.matcher_for`)."""
 
-    `GrammarMatcher(compiled)` picks the implementation for the compiled grammar's backend: this class for
-    outlines-core automata, `matcher_llg.LlgMatcher` for llguidance grammars; both have this interface.
-    """
-
-    def __new__(cls, compiled: Any, max_rollback: int = 64) -> GrammarMatcher:
-        impl = getattr(compiled, "matcher_class", None)  # another backend's compiled grammar names its matcher
-        if cls is GrammarMatcher and impl is not None:
-            return super().__new__(impl)
-        return super().__new__(cls)
-
-    def __init__(self, compiled: CompiledGrammar, max_rollback: int = 64) -> None:
-        self.compiled = compiled
-        self._index = compiled.index
-        self._info = compiled.tokenizer_info
-        self._max_rollback = max_rollback
-        self._guide = Guide(self._index, max_rollback=max_rollback + 1)
-        # (token, state before it, string scan before it)
-        self._history: deque[tuple[int, int, labels.StringScan]] = deque(maxlen=max_rollback)
-        self._eos = self._info.eos_token_ids
-        self._labels = labels.rules_for(compiled.spec.kind, compiled.regex, self._info)  # hostname A-labels
-        self._scan = labels.StringScan()
-        self._guide.advance(self._eos[0], return_tokens=False)  # past the leading sentinel (automaton.py)
+    compiled: Any
+    _info: TokenizerInfo
 
     # ---- state ----
     @property
+    @abstractmethod
     def state(self) -> int:
-        return self._guide.get_state()
+        """An id of the current state (the token count since reset where the backend has no state ids)."""
 
+    @abstractmethod
     def is_terminated(self) -> bool:
         """True once an EOS token has been accepted: the output is complete."""
-        return self._guide.is_finished()
 
+    @abstractmethod
     def can_finish(self) -> bool:
         """True if the text so far is a complete match (EOS is allowed now)."""
-        return not self.is_terminated() and self._index.get_next_state(self.state, self._eos[0]) is not None
 
+    @abstractmethod
     def reset(self) -> None:
-        self._guide.reset()
-        self._guide.advance(self._eos[0], return_tokens=False)
-        self._history.clear()
-        self._scan = labels.StringScan()
+        """Back to the start of the grammar, as if no token had been accepted."""
 
     # ---- masks ----
+    @abstractmethod
     def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
         """Write the allowed tokens of the current state into `bitmask[row]` (CPU, int32, contiguous)."""
-        if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
-            raise ValueError("bitmask must be a contiguous CPU int32 tensor")
-        target = bitmask[row]
-        if self.is_terminated():  # why: only EOS makes sense after the end; never an all-false row
-            target.zero_()
-            for tok in self._eos:
-                target[tok // 32] |= _bit(tok % 32)
-            return
-        cached = self.compiled.mask_rows.get(self.state)
-        if cached is not None:
-            target.copy_(cached)
-        else:
-            self._guide.write_mask_into(target.data_ptr(), target.numel(), 4)
-            rows = self.compiled.mask_rows
-            if len(rows) * target.numel() * 4 < MAX_ROW_CACHE_BYTES:  # why: big states cost ms to write, once
-                rows[self.state] = target.clone()
-        if self._labels is not None:
-            self._labels.restrict(target, self._scan, self._info.token_bytes)
 
+    @abstractmethod
     def allowed_tokens(self) -> list[int]:
         """The allowed token ids of the current state (for tests and debugging; slow on big vocabularies)."""
-        return [] if self.is_terminated() else sorted(self._index.get_allowed_tokens(self.state))
 
     # ---- advancing ----
+    @abstractmethod
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar does not allow it here."""
-        if not 0 <= token_id < self._info.vocab_size or self.is_terminated():
-            return False
-        state = self.state
-        if self._index.get_next_state(state, token_id) is None:
-            return False
-        scan = self._scan
-        if self._labels is not None and token_id not in self._eos:
-            scan, invalid = scan.feed(self._info.token_bytes[token_id] or b"")
-            if invalid:  # why: the token ends an A-label that IDNA does not allow
-                return False
-        self._guide.advance(token_id, return_tokens=False)
-        self._history.append((token_id, state, self._scan))
-        self._scan = scan
-        return True
+
+    @abstractmethod
+    def rollback(self, k: int) -> None:
+        """Undo the last `k` accepted tokens (at most `max_rollback`)."""
 
     def accept_tokens(self, token_ids: list[int] | tuple[int, ...]) -> bool:
         """Accept tokens in order; on the first refusal, undo the ones accepted here and return False."""
@@ -143,31 +94,18 @@ class GrammarMatcher:
                 return False
         return True
 
-    def rollback(self, k: int) -> None:
-        """Undo the last `k` accepted tokens (at most `max_rollback`)."""
-        if k <= 0:
-            return
-        if k > len(self._history):
-            raise ValueError(f"cannot roll back {k} tokens; {len(self._history)} are kept")
-        self._guide.rollback_state(k)
-        for _ in range(k):
-            self._scan = self._history.pop()[2]
-
     # ---- jump-forward ----
+    @abstractmethod
     def find_jump_forward_bytes(self) -> bytes:
         """The bytes every continuation of the current state starts with (empty if there is a choice)."""
-        if self.is_terminated():
-            return b""
-        out = bytearray()
-        state = self.state
-        byte_tokens = self._info.single_byte_tokens()
-        while len(out) < MAX_JUMP_BYTES:
-            forced = forced_byte(self.compiled, state)
-            if forced < 0:
-                break
-            out.append(forced)
-            state = self._index.get_next_state(state, byte_tokens[forced])
-        return bytes(out)
+
+    @abstractmethod
+    def _accepted_log(self) -> deque[Any]:
+        """The last accepted tokens, oldest first, each entry starting with its token id."""
+
+    @abstractmethod
+    def _accepts_after_rollback(self, rollback: int, ids: list[int]) -> bool:
+        """Whether the grammar, `rollback` tokens back, accepts `ids`."""
 
     def find_jump_forward_string(self) -> str:
         """The forced continuation as text, cut at the last whole character ("" if none)."""
@@ -187,10 +125,6 @@ class GrammarMatcher:
                 return JumpForward(len(recent), tuple(ids), text)
         return None
 
-    def _accepted_log(self) -> deque[Any]:
-        """The last accepted tokens, oldest first, each entry starting with its token id."""
-        return self._history
-
     def _retokenize(self, text: str, k: int) -> tuple[list[int], list[int]] | None:
         """The last `k` tokens + `text` tokenized again: (the old tokens that change, the new ids), or None."""
         log = self._accepted_log()
@@ -208,37 +142,23 @@ class GrammarMatcher:
             ids.pop(0)
         return recent, ids
 
-    def _accepts_after_rollback(self, rollback: int, ids: list[int]) -> bool:
-        """Whether the automaton, `rollback` tokens back, accepts `ids`."""
-        state = self._history[len(self._history) - rollback][1] if rollback else self.state
-        for tok in ids:
-            state = self._index.get_next_state(state, tok)
-            if state is None:
-                return False
-        return True
+
+def check_bitmask(bitmask: torch.Tensor) -> None:
+    """Raise unless `bitmask` is what `fill_bitmask` writes into: a contiguous CPU int32 tensor."""
+    if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu" or not bitmask.is_contiguous():
+        raise ValueError("bitmask must be a contiguous CPU int32 tensor")
 
 
-def forced_byte(compiled: CompiledGrammar, state: int) -> int:
-    """The one byte every continuation from `state` starts with, or -1 (cached per compiled grammar)."""
-    cached = compiled.forced_bytes.get(state)
-    if cached is not None:
-        return cached
-    index, info = compiled.index, compiled.tokenizer_info
-    result = -1
-    if index.get_next_state(state, info.eos_token_ids[0]) is None:  # a complete match is never forced on
-        byte_tokens = info.single_byte_tokens()
-        if all(t >= 0 for t in byte_tokens[1:]):
-            firsts = {b for b in range(1, 256) if index.get_next_state(state, byte_tokens[b]) is not None}
-        else:  # why: without a token per byte, look at every allowed token's first byte (exact, slower)
-            firsts = {info.token_bytes[t][0] for t in index.get_allowed_tokens(state) if info.token_bytes[t]}
-        if len(firsts) == 1 and byte_tokens[next(iter(firsts))] >= 0:
-            result = next(iter(firsts))
-    compiled.forced_bytes[state] = result
-    return result
+def fill_eos_only(target: torch.Tensor, eos_token_ids: tuple[int, ...]) -> None:
+    """A row allowing only the EOS ids (after the end; never an all-false row)."""
+    target.zero_()
+    for tok in eos_token_ids:
+        target[tok // 32] |= bit(tok % 32)
 
 
-def _bit(j: int) -> int:
-    return -(1 << 31) if j == 31 else 1 << j  # why: int32 bit 31 is the sign bit
+def bit(j: int) -> int:
+    """Bit `j` of an int32 word (bit 31 is the sign bit)."""
+    return -(1 << 31) if j == 31 else 1 << j
 
 
 def _whole_chars(data: bytes) -> str:

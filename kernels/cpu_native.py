@@ -64,6 +64,10 @@ SIGNATURES: dict[str, list] = {
     "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "int8_gemm_best_isa": [],
     "int8_linear": [_P, _I] + [_P] * 5 + [_I] * 3 + [ctypes.c_int] * 3,
+    # block_quant.c, wrapped by kernels/cpu_block_quant.py
+    "bq_best_isa": [],
+    "bq_linear": [_P, _I, _P, _I, ctypes.c_int, _P, _P] + [_I] * 3 + [ctypes.c_int] * 3,
+    "bq_embedding": [_P, _P, _I, ctypes.c_int, _P] + [_I] * 3 + [ctypes.c_int] * 2,
     # graph.c, driven by runtime/model/cpu_graph.py
     "graph_kernel_id": [ctypes.c_char_p],
     "graph_call_size": [],

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr"}  # float32 buffers whatever the activation dtype
-_PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr"}
+_PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr", "ids_ptr"}
+_PTR_ARGS_U8 = {"raw_ptr"}  # GGML block-quantized weights, raw bytes
 _PTR_ARGS_I32 = {"lens_ptr", "seqs_ptr", "blocks_ptr", "mask_ptr"}
 _FLOAT_ARGS = {"eps", "sm_scale_log2"}
 SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}  # bytes of shared memory per block
@@ -55,6 +56,8 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
             sig[name] = "*i64"
         elif name in _PTR_ARGS_I32:
             sig[name] = "*i32"
+        elif name in _PTR_ARGS_U8:
+            sig[name] = "*u8"
         elif name.endswith("_ptr"):
             sig[name] = f"*{dtype}"
         else:
@@ -69,7 +72,22 @@ def _configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
     quantized = [(fn, dict(c, KV_KIND=kind, **({"QMAX": qmax} if "QMAX" in c else {})), w)
                  for kind, qmax in ((3, 127.0), (4, 448.0), (5, 57344.0))
                  for fn, c, w in plain if "KV_KIND" in c]
-    return plain + quantized
+    return plain + quantized + _block_quant_configs(dtype)
+
+
+def _block_quant_configs(dtype: str) -> list[tuple[Any, dict, int]]:
+    """The GGML block-quant kernels as `triton_block_quant` launches them, for every type it reads. The GEMV and
+    row lookup touch the activation dtype only in one load and one store, so they compile for fp16 alone."""
+    from sprig.kernels import triton_block_quant as bq
+
+    configs: list[tuple[Any, dict, int]] = []
+    for qtype in bq.SUPPORTED_TYPES:
+        fmt = bq.format_constexprs(qtype)
+        configs.append(
+            (bq._gemm_kernel, dict(fmt, **bq.GEMM_TILE, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32"), 4))
+        if dtype == "fp16":
+            configs += [(bq._gemv_kernel, dict(fmt, **bq.GEMV_TILE), 4), (bq._rows_kernel, dict(fmt, **bq.ROWS_TILE), 4)]
+    return configs
 
 
 def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
@@ -118,6 +136,7 @@ def compile_all(arch: int, dtypes: tuple[str, ...] = ("fp16", "fp32"), head_dim:
             shared = int(kernel.metadata.shared)
             kind = constexprs.get("KV_KIND", 0)
             config = f"{dtype} D={head_dim} warps={warps}" + (f" kv_kind={kind}" if kind else "")
+            config += f" ggml={constexprs['QTYPE']}" if "QTYPE" in constexprs else ""
             if shared > SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values())):
                 raise RuntimeError(f"{fn.__name__} {config} needs {shared} B of shared memory on sm_{arch}")
             results.append(Compiled(fn.__name__, config, shared))

@@ -24,8 +24,9 @@ EXIT_FAILURE = 1
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows `(default: X)` after each flag's help, unless the help already says it or there is nothing to show."""
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows `(default: X)` after each flag's help, unless the help already says it or there is nothing to show;
+    a command's examples (its epilog) keep their lines."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

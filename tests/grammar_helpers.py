@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 
 
 def walk(compiled, text: str) -> bool:
     """Tokenize `text` as the model would, feed the tokens to a fresh matcher, then require that it may end."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
@@ -24,7 +25,7 @@ DRAFT_URIS = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
 
 def suite_files(draft: str) -> list[Path]:
     """The draft's test files, then the optional format files for the formats sprig enforces."""
-    from sprig.grammar.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
     root = SUITE_ROOT / draft
     optional = [root / "optional" / "format" / f"{name}.json" for name in sorted(SUPPORTED_FORMATS)]
@@ -40,7 +41,7 @@ def in_draft(schema: Any, draft: str) -> Any:
 
 def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bool:
     """The suite's verdict, with format assertion for the formats sprig enforces (its documented setting)."""
-    from sprig.grammar.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
     schema = group["schema"]
     if (file == "format.json" and isinstance(schema, dict) and schema.get("format") in SUPPORTED_FORMATS
@@ -49,10 +50,26 @@ def expected_valid(file: str, group: dict[str, Any], test: dict[str, Any]) -> bo
     return test["valid"]
 
 
-def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.Counter, list[str]]:
-    """Compile every schema of one suite file and walk every instance; counts and problems."""
+def nesting(value: Any) -> int:
+    """How deep arrays and objects nest in `value` (0 for a scalar)."""
+    if isinstance(value, dict):
+        return 1 + max((nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((nesting(v) for v in value), default=0)
+    return 0
+
+
+def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable[[dict[str, Any]], Any],
+                    refusal_problem: Callable[[Any], str | None],
+                    check_model: bool = False) -> tuple[collections.Counter, list[str]]:
+    """Compile every schema of one suite file and walk every instance; counts and problems.
+
+    options_for(group) gives the JsonOptions of a test group; refusal_problem(err) says what is wrong
+    with a refusal, if anything; check_model also holds the value-set model (`SchemaOrderer.admits`) to
+    the suite's verdicts.
+    """
     from sprig.grammar import GrammarError, GrammarSpec
-    from sprig.grammar.ordering import SchemaOrderer
+    from sprig.grammar.schema.ordering import SchemaOrderer
 
     name = str(path.relative_to(SUITE_ROOT / draft))
     counts: collections.Counter = collections.Counter()
@@ -60,15 +77,17 @@ def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.
     for group in json.loads(path.read_text()):
         schema = in_draft(group["schema"], draft)
         where = f"{draft}/{name}: {group['description']}"
+        options = options_for(group)
         try:
-            compiled = compiler.compile(GrammarSpec.json_schema(schema))
+            compiled = compiler.compile(GrammarSpec.json_schema(schema, options))
         except GrammarError as err:
             if err.code in ("unsupported_keyword", "grammar_too_complex"):
                 keyword = err.message.split("'")[1] if err.message.count("'") >= 2 else ""
                 counts["refused"] += 1
                 counts[f"refused:{keyword or err.code}"] += 1
-                if err.code == "unsupported_keyword" and not (keyword and err.pointer):
-                    problems.append(f"{where}: a refusal that names no keyword: {err.message}")
+                problem = refusal_problem(err)
+                if problem:
+                    problems.append(f"{where}: {problem}: {err.message}")
                 continue
             if "accepts no JSON value" not in err.message:
                 problems.append(f"{where}: {err.code}: {err.message}")
@@ -81,11 +100,13 @@ def walk_suite_file(compiler: Any, path: Path, draft: str) -> tuple[collections.
                     problems.append(f"{where}: {test['description']} (empty grammar)")
             continue
         counts["compiled"] += 1
-        orderer = SchemaOrderer(schema)
+        orderer = SchemaOrderer(schema, options)
         for test in group["tests"]:
             valid = expected_valid(name, group, test)
             counts["instances"] += 1
             accepted = walk(compiled, orderer.dumps(test["data"]))
+            if check_model and orderer.admits(test["data"]) != valid:
+                problems.append(f"{where}: value-set model disagrees: {test['description']}")
             if accepted and not valid:
                 counts["false_accepts"] += 1
                 problems.append(f"{where}: FALSE ACCEPT: {test['description']}")

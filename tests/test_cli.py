@@ -127,3 +127,17 @@ def test_every_flag_has_help_and_help_shows_defaults():
 def test_serve_help_runs_from_the_command_line():
     out = sprig("serve", "--help", "--log-level", "info")
     assert out.returncode == 0 and "--incremental-streaming-output" in out.stdout and "(default:" in out.stdout
+
+
+def test_serve_help_groups_its_flags_by_concern_and_ends_with_examples():
+    from sprig.runtime.cli import build_parser
+
+    serve = dict(_all_parsers(build_parser(), "sprig"))["sprig serve"]
+    groups = [g.title for g in serve._action_groups if g._group_actions]
+    assert groups == ["options", "model", "memory and KV cache", "scheduling", "structured output",
+                      "speculative decoding", "parallelism and threads", "server", "router (data parallelism)"]
+    ungrouped = [a.option_strings[0] for g in serve._action_groups if g.title == "options" for a in g._group_actions]
+    assert sorted(ungrouped) == ["--debug", "--log-level", "-h"]  # only the global flags stay outside a group
+    text = serve.format_help()
+    assert text.rstrip().splitlines()[-1].lstrip().startswith("sprig serve --")
+    assert "\n  sprig serve --model demo " in text  # the examples keep their lines

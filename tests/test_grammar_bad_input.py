@@ -19,8 +19,8 @@ import pytest
 
 from sprig import Engine
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.builder import spec_to_regex
-from sprig.grammar.llg import spec_to_lark
+from sprig.grammar.llg.lark import spec_to_lark
+from sprig.grammar.outlines.build import spec_to_regex
 
 DEEP = 30_000
 # why: each "date-time but not ending :NNZ" is a complement automaton turned back into a regex (~0.1 s each)

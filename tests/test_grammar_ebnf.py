@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.matcher import allocate_token_bitmask
 
 lark = pytest.importorskip("lark")  # the independent parser (dev dependency)
 
@@ -122,7 +123,7 @@ CLOSERS = tuple(b'")]}; ')
 
 
 def walk(compiled, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
@@ -130,7 +131,7 @@ def walk(compiled, text: str) -> bool:
 def sample(compiled, rng: random.Random, max_steps: int = 300) -> str | None:
     """One random generation: uniform over allowed tokens, leaning toward closers and EOS; None if unfinished."""
     info = compiled.tokenizer_info
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     mask = allocate_token_bitmask(1, info.vocab_size)
     out = b""
     for _ in range(max_steps):

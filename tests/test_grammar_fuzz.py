@@ -18,7 +18,7 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarError, GrammarSpec
-from sprig.grammar.ordering import SchemaOrderer
+from sprig.grammar.schema.ordering import SchemaOrderer
 
 KEYS = ["a", "b", "c"]
 WORDS = ["", "a", "ab", "abc", "b", "zz", "a\"b", "é", "x y"]

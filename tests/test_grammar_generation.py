@@ -14,7 +14,7 @@ of free text before closing one, past the tiny model's 2,048-token context (and 
 therefore add a logit bias of CLOSING_BIAS to the tokens containing '"', '@' or ':' -- a sampling parameter,
 applied before the grammar's mask, that changes no grammar. No grammar can force those strings to end
 without bounding their length, which would change the schema's language. Numbers are bounded in the grammar
-(grammar/numbers.py: freely chosen digits are counted), so digits never run on.
+(grammar/schema/numbers.py: freely chosen digits are counted), so digits never run on.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 
 from sprig import Engine
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 
 SUITE = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
 SUITE_FILES = ["type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",

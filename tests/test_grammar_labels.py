@@ -1,4 +1,4 @@
-"""IDNA A-labels in `format: hostname`: accepted exactly when valid, never started by generation (grammar/labels.py)."""
+"""IDNA A-labels in `format: hostname`: accepted exactly when valid, never started by generation (schema/labels.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarCompiler, GrammarSpec
-from sprig.grammar.labels import StringScan, host_labels_valid, valid_a_label
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.matcher import allocate_token_bitmask
+from sprig.grammar.schema.labels import StringScan, host_labels_valid, valid_a_label
 
 VALID = ["xn--9n2bp8q.xn--9t4b11yi5a", "xn--ll-0ea", "XN--9N2BP8Q", "www.xn--bck0j.example", "a--b.com"]
 INVALID = ["xn--X", "xn--hello-txk", "xn--al-0ea", "www.xn--ngb6iyr", "XN--aa---o47jg78q", "xn--a.com"]
@@ -50,7 +51,7 @@ def test_generation_never_starts_an_a_label_and_always_has_a_token(hostname, inf
     rng = random.Random(0)
     bitmask = allocate_token_bitmask(1, info.vocab_size)
     for _ in range(60):
-        matcher = GrammarMatcher(hostname)
+        matcher = matcher_for(hostname)
         out = b""
         while not matcher.is_terminated():
             matcher.fill_bitmask(bitmask, 0)
@@ -67,7 +68,7 @@ def test_generation_never_starts_an_a_label_and_always_has_a_token(hostname, inf
 
 
 def test_rollback_restores_the_scan(hostname, info):
-    matcher = GrammarMatcher(hostname)
+    matcher = matcher_for(hostname)
     ids = info.tokenizer.encode('"xn--X', add_special_tokens=False).ids
     assert matcher.accept_tokens(ids)
     quote = info.tokenizer.encode('"', add_special_tokens=False).ids
@@ -88,5 +89,5 @@ def test_compile_workers_stay_free_of_torch():
     import subprocess
     import sys
 
-    code = "import sys, sprig.grammar.builder; sys.exit('torch' in sys.modules)"
+    code = "import sys, sprig.grammar.compile.worker; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo
+from sprig.grammar.factory import matcher_for
 from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
 from sprig.kernels.bitmask import apply_token_bitmask_, unpack_bitmask
 
@@ -42,7 +43,7 @@ def mask_ids(matcher: GrammarMatcher) -> list[int]:
 
 
 def test_bitmask_row_matches_allowed_tokens(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     for tok in encode(info, '{"name":"Al","age":4'):
         assert mask_ids(matcher) == matcher.allowed_tokens()
         assert tok in matcher.allowed_tokens()
@@ -52,12 +53,12 @@ def test_bitmask_row_matches_allowed_tokens(compiled, info):
 
 def test_other_rows_are_untouched(compiled):
     bitmask = allocate_token_bitmask(3, VOCAB)
-    GrammarMatcher(compiled).fill_bitmask(bitmask, 1)
+    matcher_for(compiled).fill_bitmask(bitmask, 1)
     assert bool((bitmask[0] == -1).all()) and bool((bitmask[2] == -1).all())
 
 
 def test_padded_and_special_ids_are_never_allowed(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     for tok in encode(info, '{"name":"'):
         matcher.accept_token(tok)
     allowed = set(mask_ids(matcher))
@@ -67,7 +68,7 @@ def test_padded_and_special_ids_are_never_allowed(compiled, info):
 
 
 def test_eos_only_when_complete_then_terminated(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     for tok in encode(info, '{"name":"Al","age":42'):
         matcher.accept_token(tok)
     assert not matcher.can_finish() and not matcher.accept_token(EOS)
@@ -79,7 +80,7 @@ def test_eos_only_when_complete_then_terminated(compiled, info):
 
 
 def test_refused_token_changes_nothing(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     before = matcher.state
     for tok in (encode(info, "[")[0], -1, VOCAB, 2**40):
         assert not matcher.accept_token(tok)
@@ -87,7 +88,7 @@ def test_refused_token_changes_nothing(compiled, info):
 
 
 def test_rollback_restores_state_and_mask(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = encode(info, '{"name":"Bo","age":7}')
     states, masks = [], []
     for tok in ids:
@@ -102,7 +103,7 @@ def test_rollback_restores_state_and_mask(compiled, info):
 
 
 def test_accept_tokens_is_all_or_nothing(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     good, bad = encode(info, '{"name":"x"'), encode(info, ',"nope"')
     assert matcher.accept_tokens(good)
     state = matcher.state
@@ -111,7 +112,7 @@ def test_accept_tokens_is_all_or_nothing(compiled, info):
 
 
 def test_multibyte_character_split_across_tokens(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     byte_tokens = info.single_byte_tokens()
     assert matcher.accept_tokens(encode(info, '{"name":"'))
     for b in "é".encode():  # two byte-level tokens, neither a character on its own
@@ -120,14 +121,14 @@ def test_multibyte_character_split_across_tokens(compiled, info):
 
 
 def test_max_length_counts_characters_not_bytes(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     assert matcher.accept_tokens(encode(info, '{"name":"éééééééé","age":1}'))  # 8 characters, 16 bytes
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     assert not matcher.accept_tokens(encode(info, '{"name":"ééééééééé"'))
 
 
 def test_jump_forward_string(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     assert matcher.find_jump_forward_string() == '{"name":"'
     matcher.accept_tokens(encode(info, '{"name":"Al'))
     assert matcher.find_jump_forward_string() == ""  # a choice: more name, or the closing quote
@@ -136,7 +137,7 @@ def test_jump_forward_string(compiled, info):
 
 
 def test_jump_forward_tokens_retokenize_at_the_boundary(compiled, info):
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     matcher.accept_tokens(encode(info, '{"name":"Al"'))
     plan = matcher.find_jump_forward_tokens()
     assert plan is not None and plan.text == ',"age":'

@@ -14,20 +14,20 @@ import pytest
 from outlines_core import Index
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.automaton import outlines_vocabulary, probe_outlines_core
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.outlines.automaton import outlines_vocabulary, probe_outlines_core
 
 
 def accepts(compiled, info: TokenizerInfo, text: str) -> bool:
     """Tokenize like the model would, walk the tokens, then require EOS to be allowed."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
 
 def accepts_bytewise(compiled, text: str) -> bool:
     """The same text spelled one byte-token at a time (a different tokenization of the same bytes)."""
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     byte_tokens = compiled.tokenizer_info.single_byte_tokens()
     return all(matcher.accept_token(byte_tokens[b]) for b in text.encode()) and matcher.can_finish()
 
@@ -90,9 +90,23 @@ def test_anchors_are_harmless_in_full_match(compiler, info):
     assert accepts(compiled, info, "yes") and not accepts(compiled, info, "yesno")
 
 
-def test_regex_never_generates_nul(compiler, info):
-    compiled = compiler.compile(GrammarSpec.regex(r"[\s\S]{0,3}"))
+@pytest.fixture(scope="module")
+def outlines_compiler(info):
+    with GrammarCompiler(info, max_workers=1, isolate=False, backend="outlines") as comp:
+        yield comp
+
+
+def test_only_the_outlines_backend_leaves_nul_out(compiler, outlines_compiler, info):
+    """NUL is the outlines automaton's end sentinel; the llguidance backend has none and allows it."""
+    nul = GrammarSpec.regex(r"[\s\S]{0,3}")
+    assert accepts(compiler.compile(nul), info, "a\x00") and accepts_bytewise(compiler.compile(nul), "a\x00")
+    compiled = outlines_compiler.compile(nul)
     assert accepts(compiled, info, "a b") and not accepts_bytewise(compiled, "a\x00")
+    assert accepts(compiler.compile(GrammarSpec.choices(["a\x00b", "c"])), info, "a\x00b")
+    for spec, code in ((GrammarSpec.choices(["a\x00b"]), "invalid_choices"), (GrammarSpec.regex("\x00"), "invalid_regex")):
+        with pytest.raises(GrammarError) as err:
+            outlines_compiler.compile(spec)
+        assert err.value.code == code and "NUL" in err.value.message
 
 
 # ---- choices ------------------------------------------------------------------------------------------------
@@ -106,7 +120,7 @@ def test_choices_are_literal(compiler, info):
         assert not accepts(compiled, info, text), text
 
 
-@pytest.mark.parametrize("bad", [[], [1, 2], "abc", ["a\x00b"]])
+@pytest.mark.parametrize("bad", [[], [1, 2], "abc", ["a", None]])
 def test_bad_choices(compiler, bad):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec(GrammarKind.CHOICES, bad))
@@ -123,10 +137,10 @@ def test_json_object_mode(compiler, info):
         assert not accepts(compiled, info, text), text
 
 
-def test_json_object_mode_nesting_bound_is_an_option_of_the_regex_backend(compiler, info):
+def test_json_object_mode_nesting_bound_is_an_option_of_the_regex_backend(compiler, outlines_compiler, info):
     deep = '{"a":{"b":{"c":{"d":1}}}}'
-    with GrammarCompiler(info, max_workers=1, isolate=False, backend="outlines") as outlines:
-        assert not accepts(outlines.compile(GrammarSpec.json_object()), info, deep)
-        assert accepts(outlines.compile(GrammarSpec.json_object(JsonOptions(any_value_depth=4))), info, deep)
+    outlines = outlines_compiler
+    assert not accepts(outlines.compile(GrammarSpec.json_object()), info, deep)
+    assert accepts(outlines.compile(GrammarSpec.json_object(JsonOptions(any_value_depth=4))), info, deep)
     deeper = '{"a":' * 200 + '{}' + '}' * 200  # the grammar backend: any depth
     assert accepts(compiler.compile(GrammarSpec.json_object()), info, deeper)

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, Whitespace
-from sprig.grammar.matcher import GrammarMatcher
-from sprig.grammar.ordering import schema_ordered_dumps
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.schema.ordering import schema_ordered_dumps
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def grammar(compiler, schema, **options):
 
 
 def accepts(compiled, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 

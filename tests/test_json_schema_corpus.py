@@ -25,9 +25,9 @@ import pytest
 from grammar_helpers import walk
 
 from sprig.grammar import GrammarError, GrammarSpec
-from sprig.grammar.formats import SUPPORTED_FORMATS
-from sprig.grammar.ordering import SchemaOrderer
-from sprig.grammar.schema_deps import INTEGER_FORMATS
+from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.ordering import SchemaOrderer
+from sprig.grammar.schema.rewrites import INTEGER_FORMATS
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "real_world" / "corpus.json").read_text())
 MAX_REFUSED = 0.03  # issue 15: at least 97 % of the corpus compiles

@@ -12,24 +12,19 @@ import json
 import pytest
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions
-from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
-
-
-@pytest.fixture(scope="module", params=["llguidance", "outlines"])
-def any_backend(request, info):
-    with GrammarCompiler(info, max_workers=1, isolate=False, backend=request.param) as comp:
-        yield comp
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
+from sprig.grammar.factory import matcher_for
+from sprig.grammar.matcher import allocate_token_bitmask
 
 
 def accepts(compiled, text: str) -> bool:
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
     return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
 
 
 def allowed_after(compiled, text: str) -> list[bytes]:
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     for tok in compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids:
         assert matcher.accept_token(tok)
     info = compiled.tokenizer_info

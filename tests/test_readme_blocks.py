@@ -1,5 +1,5 @@
 """Every code block of README.md and lang/README.md runs as written. Blocks that talk to
-http://127.0.0.1:30000 get a `sprig serve` (demo model) started here; a block is skipped, with the reason, only
+http://127.0.0.1:30000 get a `sprig serve` (the default model) started here; a block is skipped, with the reason, only
 when it cannot run offline (it installs packages) or the port it names is taken."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def demo_server():
-    """`sprig serve` as the README starts it (demo model, port 30000)."""
+    """`sprig serve` as the README starts it (the default model, port 30000)."""
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", 30000)) == 0:
             pytest.skip("port 30000, which the README's blocks name, is in use")
@@ -74,3 +74,5 @@ def test_block_runs_as_written(where: str, lang: str, code: str, request: pytest
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(), cwd=tmp_path)
     assert proc.returncode == 0, f"{where}:\n{proc.stderr[-3000:]}"
     assert proc.stdout.strip(), f"{where} printed nothing"
+    if "capital of France" in code:  # the default model is a real one: the README's question gets its answer
+        assert "Paris" in proc.stdout, f"{where}: {proc.stdout[-1000:]}"

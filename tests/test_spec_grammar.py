@@ -17,7 +17,7 @@ import pytest
 
 from sprig import Engine
 from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 from sprig.runtime.engine.spec.speculator import walk_grammar
 
 ITEMS = {"type": "array", "minItems": 2, "maxItems": 4, "items": {
@@ -87,7 +87,7 @@ def test_walk_grammar_cuts_at_the_first_refused_draft_and_restores_the_matcher(t
     info = TokenizerInfo.from_tokenizer(tiny_paths["tiny-llama"], eos_token_ids=[2], vocab_size=2100)
     with GrammarCompiler(info, max_workers=1, isolate=False) as compiler:
         compiled = compiler.compile(GrammarSpec.regex("abcabc"))
-    matcher = GrammarMatcher(compiled)
+    matcher = matcher_for(compiled)
     tokenizer = info.tokenizer
     assert tokenizer is not None
     good = tokenizer.encode("abc", add_special_tokens=False).ids

@@ -35,7 +35,7 @@ def test_serve_prints_one_start_up_block_and_shuts_down_without_a_warning():
     assert f"at {server.url} (OpenAI API: {server.url}/v1)" in lines[title]
     block = {k: v.strip() for k, v in (line.strip().split(": ", 1) for line in lines[title + 1:title + 1 + len(LABELS)])}
     assert tuple(block) == LABELS
-    assert block["model"].startswith(f"{tiny_model()} (LlamaForCausalLM, ")
+    assert block["model"].startswith(f"{tiny_model()} (safetensors, LlamaForCausalLM, ")
     assert block["dtype"].startswith("float32 (--dtype float32)")
     assert re.fullmatch(r"(cpu|torch) \(.+\)", block["attention backend"])
     assert re.fullmatch(r"torch x \d+", block["linear kernels"])  # fp32: F.linear (sprig's CPU kernels take bf16)

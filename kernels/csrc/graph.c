@@ -77,6 +77,12 @@ static int call_vec_linear(const GraphCall *c) {
 static int call_int8_linear(const GraphCall *c) {
     return int8_linear(P(0), I(1), P(2), P(3), P(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12));
 }
+static int call_bq_linear(const GraphCall *c) {
+    return bq_linear(P(0), I(1), P(2), I(3), N(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12));
+}
+static int call_bq_embedding(const GraphCall *c) {
+    return bq_embedding(P(0), P(1), I(2), N(3), P(4), I(5), I(6), I(7), N(8), N(9));
+}
 
 static const struct {
     const char *name;
@@ -92,6 +98,8 @@ static const struct {
     {"amx_linear_bf16", call_amx_linear},
     {"vec_linear_bf16", call_vec_linear},
     {"int8_linear", call_int8_linear},
+    {"bq_linear", call_bq_linear},
+    {"bq_embedding", call_bq_embedding},
 };
 #define NUM_KERNELS ((int64_t)(sizeof KERNELS / sizeof KERNELS[0]))
 

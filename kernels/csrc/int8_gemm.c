@@ -36,39 +36,12 @@
 #include "bf16.h"
 #include "panels.h"
 #include "kernels.h"
-
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "vnni.h"
 
 #define MAX_K 65536  /* 255 * 127 * MAX_K < 2^31: the int32 sums cannot wrap */
 #define TINY 1e-30f  /* a row this small quantizes to zeros (127 / amax overflows below 4e-37) */
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
-#define HAVE_VNNI512 1
-#endif
-#if defined(__AVX2__) && (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
-#define HAVE_VNNI256 1
-#if defined(__AVXVNNI__)
-#define dpbusd256 _mm256_dpbusd_avx_epi32
-#else
-#define dpbusd256 _mm256_dpbusd_epi32
-#endif
-#endif
-
-enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX_VNNI = 2, ISA_AVX512_VNNI = 3 };
-
-int int8_gemm_best_isa(void) {
-#if defined(HAVE_VNNI512)
-    return ISA_AVX512_VNNI;
-#elif defined(HAVE_VNNI256)
-    return ISA_AVX_VNNI;
-#elif defined(__AVX2__)
-    return ISA_AVX2;
-#else
-    return ISA_PORTABLE;
-#endif
-}
+int int8_gemm_best_isa(void) { return vnni_best_isa(); }
 
 /* ---- activation quantization: one row of fp32 (dtype 0) or bf16 (dtype 1) to u8 codes + 128 ---- */
 static inline float load_x(const void *row, int dtype, int64_t i) {

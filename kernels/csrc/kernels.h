@@ -25,5 +25,9 @@ int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
                     int64_t n, int64_t k, int isa, int nthreads);
 int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_t *corr, const float *wscale,
                 const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads);
+int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, int qtype, const void *bias, void *out,
+              int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads);
+int bq_embedding(void *out, const uint8_t *w, int64_t row_bytes, int qtype, const int64_t *ids, int64_t count,
+                 int64_t k, int64_t num_rows, int dtype, int nthreads);
 
 #endif

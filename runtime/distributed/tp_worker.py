@@ -161,9 +161,9 @@ def torchrun_spec(config: EngineConfig, model_path: str) -> RankSpec | None:
 
 def run_torchrun_worker(config: EngineConfig) -> int:
     """`sprig serve|generate` on a torchrun rank other than 0: be that rank until rank 0 stops. Exit status."""
-    from sprig.runtime.model.checkpoints import demo_model_path
+    from sprig.runtime.model.named_models import model_location
 
-    model_path = str(config.model_path or demo_model_path())
+    model_path = model_location(config.model_path)
     spec = torchrun_spec(config, model_path)
     if spec is None or spec.rank == 0:
         raise ValueError("run_torchrun_worker needs RANK >= 1 and WORLD_SIZE from torchrun")

@@ -26,10 +26,10 @@ from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
-from sprig.runtime.model.checkpoints import demo_model_path
-from sprig.runtime.model.config import load_model_config
+from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
+from sprig.runtime.model.named_models import model_location
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
 
@@ -47,8 +47,8 @@ class EngineCore:
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model_path = str(config.model_path or demo_model_path())
-        load_model_config(self.model_path)  # config problems are reported before tokenizer ones
+        self.model_path = model_location(config.model_path)
+        model_cfg = checkpoint_config(self.model_path)  # config problems are reported before tokenizer ones
         self.tokenizer = Tokenizer(self.model_path)
         # Tensor / pipeline parallelism: every rank loads its own shard; rank 0 (this process) schedules and samples.
         self.tp = TPGroup.start(config, self.model_path) if config.tp_size > 1 or config.pp_size > 1 else None
@@ -57,11 +57,12 @@ class EngineCore:
             self.model = self.tp.model
         else:
             self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
-                                    config.attention_backend)
+                                    config.attention_backend, gguf_dequantize=config.gguf_dequantize)
         self.model_config = self.model.cfg
+        self.checkpoint_format = checkpoint_format(self.model_path)
         self.context_length = min(config.context_length or self.model_config.context_length,
                                   self.model_config.context_length)
-        dtype = resolve_dtype(config.dtype, load_model_config(self.model_path))
+        dtype = resolve_dtype(config.dtype, model_cfg)
         if self.tp is None:
             kv_dtype = KVCacheDtype.parse(config.kv_cache_dtype)
             size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from sprig.grammar.matcher import GrammarMatcher
+from sprig.grammar.factory import matcher_for
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
@@ -47,7 +47,8 @@ MAX_PRIORITY = 2**31 - 1  # SGLang's int32 range; larger values would only reord
 
 
 class Engine:
-    """An LLM engine over one checkpoint folder (`None`: the built-in demo model); see docs/architecture.md."""
+    """An LLM engine over one checkpoint folder or GGUF file (`None`: SmolLM2-135M-Instruct, the default model;
+    `"demo"`: the built-in random-weight demo model); see docs/architecture.md."""
 
     def __init__(self, model_path: str | None = None, **options: Any) -> None:
         self.config = EngineConfig.from_options(model_path, options)
@@ -160,6 +161,11 @@ class Engine:
     @property
     def vocab_size(self) -> int:
         return self.core.vocab_size
+
+    @property
+    def checkpoint_format(self) -> Any:
+        """What was loaded: a folder of safetensors or a GGUF file (its `name` and `file_type`)."""
+        return self.core.checkpoint_format
 
     @property
     def model_path(self) -> str:
@@ -296,7 +302,7 @@ class Engine:
         with _constraint_named(call.names):
             for req in call.requests:
                 if req.grammar_future is not None:
-                    req.matcher = GrammarMatcher(compiled_or_error(req.grammar_future))
+                    req.matcher = matcher_for(compiled_or_error(req.grammar_future))
                     req.grammar_future = None
 
     def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:

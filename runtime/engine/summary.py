@@ -25,11 +25,12 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
     pool = core.pool
     gib = pool.nbytes / 2**30
     ops = core.model.ops.name
-    quant = cfg.quantization or "none"
+    quant = cfg.quantization or ("gguf, dequantized (--gguf-dequantize)" if cfg.gguf_dequantize
+                                 and core.checkpoint_format.name == "gguf" else "none")
     threads = str(torch.get_num_threads()) + (" (--num-threads)" if cfg.num_threads else " (torch's default)")
     return [
-        ("model", f"{core.model_path} ({model_cfg.architecture}, {model_cfg.num_layers} layers, "
-                  f"context {core.context_length})"),
+        ("model", f"{core.model_path} ({core.checkpoint_format.describe()}, {model_cfg.architecture}, "
+                  f"{model_cfg.num_layers} layers, context {core.context_length})"),
         ("dtype", f"{str(core.model.dtype).removeprefix('torch.')} (--dtype {cfg.dtype}), quantization {quant}"),
         ("device", cfg.device),
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),

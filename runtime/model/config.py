@@ -13,7 +13,7 @@ from sprig.runtime.errors import CheckpointError
 logger = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")  # freq_factors: GGUF's rope_freqs
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map."""
+"""Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map, or a
+GGUF file (`gguf_loader.py` maps its tensors)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,19 @@ from torch import nn
 from tqdm import tqdm
 
 from sprig.kernels.backend import get_kernels
+from sprig.kernels.ggml_quants import GGMLType
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model import host_memory
+from sprig.runtime.model.block_quant import (
+    BlockQuantEmbedding,
+    BlockQuantLinear,
+    RawRows,
+    block_quantization,
+)
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
+from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -92,7 +103,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
     if model.norm is not None:
         targets["model.norm.weight"] = Target(model.norm, "weight")
-    if model.lm_head is not None:
+    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied block-quantized head is the table
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
     q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
@@ -176,6 +187,24 @@ def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> 
                     setattr(parent, name, Fp8Linear(in_f, out_f, child.bias is not None, dtype, col_block))
 
 
+def _block_quant_model(model: CausalLM, dtype: torch.dtype, qtype: GGMLType) -> None:
+    """Every linear (the LM head too) as a `BlockQuantLinear` and the embedding as a `BlockQuantEmbedding`, all
+    `qtype`; a tied LM head is attached after `to_empty` (`_tie_block_quant_head`), sharing the table's bytes."""
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, Linear):
+                out_f, in_f = child.weight.shape
+                setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
+    if model.embed_tokens is not None:
+        rows, dim = model.embed_tokens.weight.shape
+        model.embed_tokens = BlockQuantEmbedding(rows, dim, qtype, dtype)  # type: ignore[assignment]
+
+
+def _tie_block_quant_head(model: CausalLM) -> None:
+    if isinstance(model.embed_tokens, BlockQuantEmbedding) and model.cfg.tie_word_embeddings and model.stage.last:
+        model.lm_head = model.embed_tokens.tied_head()  # type: ignore[assignment]
+
+
 def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
     """The whole tensor, or only this rank's slice of it (read through the memory map, never in full)."""
     if source is None:
@@ -193,6 +222,12 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
     param = getattr(target.module, target.attr)
     rows = param.shape[0] if target.rows is None else target.rows
     dest = param.data[target.row_start : target.row_start + rows]
+    if isinstance(target.module, RawRows) and target.attr == "weight":
+        if tuple(tensor.shape) != (rows, target.module.in_features):
+            raise CheckpointError(f"tensor {name} has shape {tuple(tensor.shape)}, expected "
+                                  f"{(rows, target.module.in_features)}")
+        target.module.load_rows(target.row_start, tensor.float() if tensor.dtype == FP8 else tensor)
+        return
     if target.attr == "weight_scale":
         assert fp8 is not None and isinstance(target.module, Fp8Linear)  # scale targets: fp8 checkpoints only
         tensor = expand_scale(tensor, fp8, (rows, int(target.module.weight.shape[1])), name)
@@ -213,15 +248,22 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
     tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
+    swap: Callable[[CausalLM], None] | None = None,
 ) -> CausalLM:
+    """The model on `device` with uninitialized weights; `swap` replaces modules while it is still on meta."""
     ops = get_kernels(backend, device)
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, ops, tp, stage)
+        if swap is not None:
+            swap(model)
         if quantization == "int8":
             _quantize_linears(model, dtype)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
+        elif (qtype := block_quantization(quantization)) is not None:
+            _block_quant_model(model, dtype, qtype)
     model = model.to_empty(device=device)
+    _tie_block_quant_head(model)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
     for m in model.modules():
@@ -243,12 +285,19 @@ def load_model(
     attention_backend: str | None = None,
     tp: TPContext | None = None,
     stage: StageRange | None = None,
+    gguf_dequantize: bool = False,
 ) -> CausalLM:
-    """Build the model for the checkpoint in `path` and fill it; errors are one-line CheckpointErrors.
+    """Build the model for the checkpoint in `path` (a folder or a GGUF file) and fill it; errors are one-line
+    CheckpointErrors.
 
     With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`); with a
     pipeline `stage` only that stage's layers (and the embedding / LM head where it holds them) are built and read.
+    A GGUF file's block-quantized tensors stay quantized unless `gguf_dequantize` (see `gguf_loader.py`).
     """
+    if is_gguf_path(path):
+        sharded = (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers)
+        gguf, cfg = check_gguf(path, quantization, sharded)
+        return _load_gguf(gguf, cfg, dtype, device, attention_backend, gguf_dequantize)
     folder = Path(path)
     cfg = load_model_config(folder)
     torch_dtype = resolve_dtype(dtype, cfg)
@@ -263,6 +312,9 @@ def load_model(
                               f"supported: {_short_list(kept)}")
     if (fp8 is not None or quantization == "fp8") and tp is not None and tp.enabled:
         raise CheckpointError("fp8 weights with tensor parallelism are not supported yet; use --tp-size 1")
+    if block_quantization(quantization) is not None and tp is not None and tp.enabled:
+        raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
+                              "--tp-size 1")
     files = _safetensors_files(folder)
     try:
         model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage)
@@ -303,7 +355,16 @@ def load_model(
     missing = sorted(set(targets) - loaded)
     if missing:
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
+    return _finish(model, device)
+
+
+def _finish(model: CausalLM, device: str) -> CausalLM:
+    """Re-lay the loaded linears out for the CPU kernels and record which kernels run them."""
     _pack_int8_linears(model, device)
+    if torch.device(device).type == "cpu":
+        for m in model.modules():
+            if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
+                m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
     if _packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -313,6 +374,17 @@ def load_model(
     model.graph_blocker = _graph_blocker(model)
     model.eval()
     return model
+
+
+def _load_gguf(gguf: GGUFFile, cfg: ModelConfig, dtype: str, device: str, attention_backend: str | None,
+               dequantized: bool) -> CausalLM:
+    swap = None if dequantized else (lambda model: use_block_quant(model, gguf))
+    try:
+        model = _build_empty_model(cfg, resolve_dtype(dtype, cfg), None, device, attention_backend, swap=swap)
+    except ValueError as e:  # an unusable kernel backend
+        raise CheckpointError(str(e)) from None
+    fill_from_gguf(model, gguf)
+    return _finish(model, device)
 
 
 def _pack_linear(linear: Linear) -> None:
@@ -339,6 +411,9 @@ def _linear_label(module: nn.Module) -> str | None:
         if module.isa is not None:
             return f"int8 w8a8 ({module.isa.name.lower()})"
         return "int8 " + ("_weight_int8pack_mm" if module.use_kernel else "dequantize + F.linear")
+    if isinstance(module, BlockQuantLinear):
+        kernel = "dequantize + F.linear" if module.isa is None else module.isa.name.lower()
+        return f"{module.qtype.name.lower()} ({kernel})"
     return "fp8" if isinstance(module, Fp8Linear) else None
 
 
@@ -346,14 +421,15 @@ def _in_c(module: nn.Module) -> bool:
     """Whether a linear layer runs one of sprig's C kernels (which a CPU graph can replay)."""
     if isinstance(module, Linear):
         return module.kernel in (LinearKernel.AMX, LinearKernel.VEC)
-    return isinstance(module, Int8Linear) and module.isa is not None
+    return isinstance(module, Int8Linear | BlockQuantLinear) and module.isa is not None
 
 
 def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
     if model.lm_head is None:
         return "the LM head is the tied embedding, multiplied by F.linear"
-    labels = {_linear_label(m) for m in model.modules() if isinstance(m, Linear | Int8Linear | Fp8Linear)
+    labels = {_linear_label(m) for m in model.modules()
+              if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
               and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
 

@@ -4,7 +4,8 @@ int8 linears on the CPU run sprig's W8A8 kernel (`kernels/cpu_int8.py`: activati
 exact int32 products) where it takes the model dtype (fp32, bf16), else torch's weight-only `_weight_int8pack_mm`
 (activations in the model dtype). fp8 activations stay in the model dtype. fp8 weights come from a checkpoint whose config.json has an fp8
 `quantization_config` (`Fp8Format.from_config`: vLLM / SGLang `quant_method: fp8` and compressed-tensors float8),
-or from `--quantization fp8`, which quantizes a full-precision checkpoint per output row at load.
+or from `--quantization fp8`, which quantizes a full-precision checkpoint per output row at load. GGML block
+formats (`--quantization q8_0|q4_0|q4_1`, GGUF files) live in `block_quant.py`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from torch import nn
 
 from sprig.kernels.cpu_int8 import Int8Isa, Int8Packed, int8_isa, int8_linear, int8_pack, int8_supports
 from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model.block_quant import BLOCK_QUANTIZATIONS
 
-QUANTIZATION_METHODS = ("int8", "fp8")
+QUANTIZATION_METHODS = ("int8", "fp8", *BLOCK_QUANTIZATIONS)
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 

@@ -62,6 +62,8 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int, max_pos: int) -> tuple[torch.
         return inv_freq / float(rope.params["factor"]), 1.0
     if rope.rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, rope.params), 1.0
+    if rope.rope_type == "freq_factors":  # a divisor per frequency, as GGUF files store Llama 3's scaling
+        return inv_freq / torch.tensor(rope.params["factors"], dtype=torch.float32), 1.0
     if rope.rope_type == "yarn":
         return _yarn_inv_freq(rope.theta, head_dim, rope.params, max_pos)
     return inv_freq, 1.0

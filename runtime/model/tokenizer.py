@@ -1,4 +1,5 @@
 """The checkpoint's tokenizer: `tokenizer.json` loaded directly with `tokenizers`, plus its chat template.
+A GGUF file's tokenizer is built from its metadata instead (`gguf_tokenizer.py`).
 
 `AutoTokenizer` can pick an unusable class for custom tokenizers, and sprig needs only encode, decode and the
 template, so the fast tokenizer file is read directly and the Jinja chat template rendered in a sandbox.
@@ -16,6 +17,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as HFTokenizer
 
 from sprig.runtime.errors import CheckpointError, RequestError
+from sprig.runtime.model.gguf_file import is_gguf_path, open_gguf
+from sprig.runtime.model.gguf_tokenizer import gguf_tokenizer
 
 MAX_TEMPLATE_OUTPUT_CHARS = 8 << 20  # a rendered prompt beyond this is a template gone wrong
 
@@ -33,10 +36,30 @@ class ChatMessage:
 
 
 class Tokenizer:
-    """Encode/decode and chat templates for one checkpoint folder."""
+    """Encode/decode and chat templates for one checkpoint folder or GGUF file."""
 
-    def __init__(self, folder: str | Path) -> None:
-        folder = Path(folder)
+    hf: HFTokenizer
+    config: dict[str, Any]  # tokenizer_config.json (empty for a GGUF file)
+    bos_token: str | None
+    eos_token: str | None
+    add_bos: bool
+    chat_template: str | None
+
+    def __init__(self, path: str | Path) -> None:
+        """`path`: a checkpoint folder (`tokenizer.json`, `tokenizer_config.json`) or a GGUF file."""
+        if is_gguf_path(path):
+            self._from_gguf(Path(path))
+        else:
+            self._from_folder(Path(path))
+        self.bos_token_id = self.hf.token_to_id(self.bos_token) if self.bos_token else None
+        self.eos_token_id = self.hf.token_to_id(self.eos_token) if self.eos_token else None
+        self.special_token_ids = frozenset(i for i, t in self.hf.get_added_tokens_decoder().items() if t.special)
+        self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self._env.globals["raise_exception"] = _raise_template_error
+        self._env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
+        self._template = self._env.from_string(self.chat_template) if self.chat_template else None
+
+    def _from_folder(self, folder: Path) -> None:
         path = folder / "tokenizer.json"
         if not path.exists():
             raise CheckpointError(f"no tokenizer.json in {folder}")
@@ -45,18 +68,18 @@ class Tokenizer:
         except Exception as e:  # tokenizers raises plain Exceptions for malformed files
             raise CheckpointError(f"tokenizer.json cannot be loaded: {e}") from None
         cfg_path = folder / "tokenizer_config.json"
-        self.config: dict[str, Any] = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
         self.bos_token = _token_content(self.config.get("bos_token"))
         self.eos_token = _token_content(self.config.get("eos_token"))
         self.add_bos = bool(self.config.get("add_bos_token", False)) and self.bos_token is not None
-        self.bos_token_id = self.hf.token_to_id(self.bos_token) if self.bos_token else None
-        self.eos_token_id = self.hf.token_to_id(self.eos_token) if self.eos_token else None
         self.chat_template = self._find_chat_template(folder)
-        self.special_token_ids = frozenset(i for i, t in self.hf.get_added_tokens_decoder().items() if t.special)
-        self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        self._env.globals["raise_exception"] = _raise_template_error
-        self._env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
-        self._template = self._env.from_string(self.chat_template) if self.chat_template else None
+
+    def _from_gguf(self, path: Path) -> None:
+        built = gguf_tokenizer(open_gguf(path))
+        self.hf = built.hf
+        self.config = {}
+        self.bos_token, self.eos_token, self.add_bos = built.bos_token, built.eos_token, built.add_bos
+        self.chat_template = built.chat_template
 
     def _find_chat_template(self, folder: Path) -> str | None:
         jinja = folder / "chat_template.jinja"

@@ -31,7 +31,7 @@ from sprig.runtime.router.workers import HealthSettings
 DP_SKIP = {"dp_size", "host", "port", "func", "command", "log_level", "debug"}
 
 
-def add_router_args(p: argparse.ArgumentParser, with_host: bool = True) -> None:
+def add_router_args(p: argparse._ActionsContainer, with_host: bool = True) -> None:
     """Policy and health flags shared by `sprig router` and `sprig serve --dp-size`."""
     d, h = PolicyConfig(), HealthSettings()
     if with_host:
@@ -110,9 +110,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_router)
     serve = subparsers.choices.get("serve")
     if serve is not None:
-        serve.add_argument("--dp-size", type=int, default=1,
-                           help="start this many replicas behind a cache-aware router (data parallelism)")
-        add_router_args(serve, with_host=False)
+        router = serve.add_argument_group("router (data parallelism)")
+        router.add_argument("--dp-size", type=int, default=1,
+                            help="start this many replicas behind a cache-aware router (data parallelism)")
+        add_router_args(router, with_host=False)
         serve.set_defaults(func=_dp_wrapper(serve, serve.get_default("func")))
 
 

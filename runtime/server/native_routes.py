@@ -248,9 +248,10 @@ def _flush_timeout(request: Request) -> float:
 
 def _model_info(state: ServerState) -> dict[str, Any]:
     engine = state.ready_engine()
+    fmt = engine.checkpoint_format
     return {"model_path": engine.model_path, "tokenizer_path": engine.model_path, "is_generation": True,
             "served_model_name": state.model_name, "context_length": engine.context_length,
-            "vocab_size": engine.vocab_size}
+            "vocab_size": engine.vocab_size, "model_format": fmt.name, "file_type": fmt.file_type}
 
 
 async def _server_info(state: ServerState) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sprig.runtime.model.named_models import served_name
 from sprig.runtime.server.auth import Authenticator, RateLimited, Tenant
 from sprig.runtime.server.http_errors import APIError, ErrorType
 from sprig.runtime.server.metrics import ServerMetrics
@@ -25,7 +26,7 @@ class ServerSettings:
 
     host: str = "127.0.0.1"
     port: int = 30000
-    served_model_name: str | None = None  # default: the --model path, or "demo"
+    served_model_name: str | None = None  # default: the --model value, or the default model's name
     max_request_bytes: int = 4 << 20
     max_queued_requests: int = 1024
     max_sequences_per_request: int = 256
@@ -99,7 +100,7 @@ class ServerState:
     def model_name(self) -> str:
         if self.settings.served_model_name:
             return self.settings.served_model_name
-        return self.model_path or "demo"
+        return served_name(self.model_path)
 
     def check_model(self, name: str | None) -> None:
         """404 for a model this server does not serve (None: the default model)."""
