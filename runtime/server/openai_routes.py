@@ -85,6 +85,7 @@ class OpenAIEndpoint:
         plan_, run = await start_run(state, tenant_of(request), sequences, self.endpoint, plan)
         texts = state_texts(state)
         if plan_.stream:
+            run.fold = False  # why: chunks are cut from the deltas, usage from the metas
             streamer = self.streamer(ids, plan_, texts)
             opening = streamer.opening() if self.opens_with_role else None  # type: ignore[attr-defined]
 

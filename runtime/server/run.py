@@ -110,6 +110,7 @@ class GenerationRun:
         self._deltas = deltas
         lp = call.requests[0].logprobs
         self.acc = StreamAccumulator(self.num_sequences, lp.return_logprob, lp.top_logprobs_num > 0)
+        self.fold = True  # False: chunks come from the deltas alone and nobody asks for `results()`
         self.arrival = time.monotonic()
         self.deadline = self.arrival + timeout if timeout else None
         self.stopped: asyncio.Future[StopCause] = asyncio.get_running_loop().create_future()
@@ -231,7 +232,8 @@ class GenerationRun:
 
     def _observe(self, delta: StepDelta) -> None:
         index = delta.index
-        self.acc.apply(delta)
+        if self.fold:
+            self.acc.apply(delta)
         self.meta[index] = delta.meta
         now = time.monotonic()
         if delta.ids and index not in self.first_token:
