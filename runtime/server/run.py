@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -86,7 +87,8 @@ async def start_run(state: ServerState, tenant: Tenant, sequences: int, endpoint
 
     def plan_and_prepare() -> tuple[P, ServerCall, PreparedCall]:
         planned, call = plan()
-        return planned, call, engine.prepare(call.request)
+        request = dataclasses.replace(call.request, namespace=tenant.namespace)  # why: a tenant's own prefixes
+        return planned, call, engine.prepare(request)
 
     try:  # chat template + tokenizing + validation: never on the event loop, one hop
         planned, call, prepared = await asyncio.to_thread(plan_and_prepare)
