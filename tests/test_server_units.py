@@ -165,8 +165,7 @@ def test_error_messages_are_sanitized_and_bounded():
     text = sanitize("failed at 0x7ffd1234abcd in /usr/lib/python3/site-packages/x/y.py " + "z" * 1000)
     assert "0x7ffd" not in text and "site-packages" not in text and len(text) <= 400
     assert _loc_param(("messages", 0, "content", "list[ContentPart]", 0, "type")) == "messages.0.content.0.type"
-    err = from_value_error(RequestError("too long", param="max_new_tokens", code="context_length_exceeded"),
-                           {"max_new_tokens": "max_tokens"})
+    err = from_value_error(RequestError("too long", param="max_tokens", code="context_length_exceeded"))
     assert (err.status, err.param, err.code) == (400, "max_tokens", "context_length_exceeded")
     assert from_value_error(RequestError("full", code="queue_full")).status == 503
 
@@ -179,7 +178,9 @@ class _StubEngine:
         self.is_alive = True
         self.last_heartbeat = time.monotonic()
         self.work = False
-        self.core = SimpleNamespace(has_work=lambda: self.work)
+
+    def has_work(self) -> bool:
+        return self.work
 
     def shutdown(self) -> None:
         self.is_alive = False

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,22 +25,24 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
-from sprig.runtime.engine.request import (
-    DeltaChannel,
-    LogprobOptions,
-    Request,
-    StepDelta,
-    StreamAccumulator,
-    take_delta,
+from sprig.runtime.engine.generate_request import (
+    GenerateRequest,
+    PreparedCall,
+    Prompt,
+    generate_request,
+    is_int,
 )
-from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.request import DeltaChannel, LogprobOptions, Request, StepDelta, take_delta
+from sprig.runtime.engine.sampling_params import CONSTRAINTS, NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.stop_checker import StopChecker
-from sprig.runtime.engine.summary import engine_stats
+from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
+from sprig.runtime.engine.summary import engine_facts, engine_stats
 from sprig.runtime.errors import RequestError
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_PROMPTS = 4096
+MAX_TOP_LOGPROBS = 20
 MAX_PRIORITY = 2**31 - 1  # SGLang's int32 range; larger values would only reorder the same way
 
 
@@ -146,39 +148,82 @@ class Engine:
             raise value
         return value
 
+    # --- facts the server needs (read-only; set at load) -----------------------------------------------
+    @property
+    def context_length(self) -> int:
+        return self.core.context_length
+
+    @property
+    def kv_pool_tokens(self) -> int:
+        """Tokens the whole KV pool holds: no single sequence can be longer."""
+        return self.core.kv.total_tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return self.core.vocab_size
+
+    @property
+    def checkpoint_format(self) -> Any:
+        """What was loaded: a folder of safetensors or a GGUF file (its `name` and `file_type`)."""
+        return self.core.checkpoint_format
+
+    @property
+    def model_path(self) -> str:
+        return self.core.model_path
+
+    @property
+    def max_n(self) -> int:
+        return self.config.max_n
+
+    @property
+    def constrained_decoding(self) -> bool:
+        return hasattr(self.core, "grammar")
+
+    @property
+    def max_new_tokens_room(self) -> int:
+        """The longest sequence (prompt + output) that fits both the context and the pool."""
+        return min(self.context_length, self.kv_pool_tokens)
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) sequences: a racy read, enough for health and queue bounds."""
+        return len(self.core.scheduler.running), len(self.core.scheduler.waiting)
+
+    def has_work(self) -> bool:
+        return self.core.has_work()
+
+    def facts(self) -> list[tuple[str, str]]:
+        """What the server prints at start: model, precision, kernels, KV pool, cache, parallelism."""
+        return engine_facts(self.core)
+
     # --- requests --------------------------------------------------------------------------------------
-    def _prompt_ids(self, prompt: str | None, ids: list[int] | None) -> list[int]:
-        if ids is not None:
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise RequestError("input_ids must be a list of integers", param="input_ids")
-            bad = [t for t in ids if not 0 <= t < self.core.vocab_size]
+    def _prompt_ids(self, prompt: Prompt, names: FieldNames) -> list[int]:
+        if isinstance(prompt, tuple):
+            bad = [t for t in prompt if not 0 <= t < self.core.vocab_size]
             if bad:
-                raise RequestError(f"input_ids contains token id {bad[0]} outside [0, {self.core.vocab_size})",
-                                   param="input_ids", code="invalid_token_id")
-            result = list(ids)
-        elif isinstance(prompt, str):
-            result = self.tokenizer.encode(prompt)
+                raise RequestError(f"{names.prompt} contains token id {bad[0]} outside [0, {self.core.vocab_size})",
+                                   param=names.prompt, code="invalid_token_id")
+            result = list(prompt)
         else:
-            raise RequestError("prompt must be a string", param="prompt")
+            result = self.tokenizer.encode(prompt)
         if not result:
-            raise RequestError("the prompt is empty", param="prompt" if ids is None else "input_ids")
+            raise RequestError(f"{names.prompt} is empty", param=names.prompt)
         return result
 
-    def check_lengths(self, prompt_len: int, params: SamplingParams) -> None:
+    def check_lengths(self, prompt_len: int, params: SamplingParams, names: FieldNames = NATIVE_NAMES) -> None:
         """Refuse at once what could never run: too long for the context or for the whole KV pool."""
-        ctx = self.core.context_length
+        ctx, most = self.core.context_length, names.max_new_tokens
         if prompt_len >= ctx:
             raise RequestError(f"the prompt has {prompt_len} tokens; this model's context length is {ctx}",
-                               param="prompt", code="context_length_exceeded")
+                               param=names.prompt, code="context_length_exceeded")
         if prompt_len + params.max_new_tokens > ctx:
             raise RequestError(
-                f"prompt ({prompt_len} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the context "
-                f"length {ctx}", param="max_new_tokens", code="context_length_exceeded")
+                f"prompt ({prompt_len} tokens) + {most} ({params.max_new_tokens}) exceeds the context "
+                f"length {ctx}", param=most, code="context_length_exceeded")
         pool = self.core.kv.total_tokens
         if prompt_len + params.max_new_tokens > pool:
             raise RequestError(
-                f"prompt ({prompt_len}) + max_new_tokens ({params.max_new_tokens}) needs more KV than the "
-                f"whole pool ({pool} tokens)", param="max_new_tokens", code="context_length_exceeded")
+                f"prompt ({prompt_len}) + {most} ({params.max_new_tokens}) needs more KV than the "
+                f"whole pool ({pool} tokens)", param=most, code="context_length_exceeded")
 
     def make_requests(
         self,
@@ -192,53 +237,52 @@ class Engine:
         priority: int = 0,
         rid: str | None = None,
     ) -> tuple[list[Request], bool]:
-        """Validate and build every request of a call (nothing is submitted if any is invalid).
+        """Validate and build every request of a dict-API call (nothing is submitted if any is invalid).
 
         Returns the requests (n copies of each prompt are consecutive) and whether the call was a batch.
         A higher `priority` is admitted first (the scheduler's order; equal priorities keep its usual order).
         """
-        if (prompt is None) == (input_ids is None):
-            raise RequestError("give exactly one of prompt and input_ids", param="prompt")
-        prompts: list[Any] = []
-        id_lists: list[Any] = []
-        if prompt is not None:
-            batch = isinstance(prompt, list)
-            prompts = list(prompt) if isinstance(prompt, list) else [prompt]
-        else:
-            assert input_ids is not None
-            batch = bool(input_ids) and isinstance(input_ids[0], list)
-            id_lists = list(input_ids) if batch else [input_ids]
-        count = len(prompts) or len(id_lists)
-        if count == 0:
-            raise RequestError("the prompt list is empty", param="prompt")
-        if count > MAX_BATCH_PROMPTS:
-            raise RequestError(f"at most {MAX_BATCH_PROMPTS} prompts per call", param="prompt")
-        params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * count
-        if len(params_list) != count:
-            raise RequestError("sampling_params must be one dict or one per prompt", param="sampling_params")
-        if not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= 20:
-            raise RequestError("top_logprobs_num must be an integer in [0, 20]", param="top_logprobs_num")
-        if not isinstance(logprob_start_len, int) or logprob_start_len < -1:
-            raise RequestError("logprob_start_len must be an integer >= -1", param="logprob_start_len")
-        if isinstance(priority, bool) or not isinstance(priority, int) or not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
-            raise RequestError(f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}]", param="priority")
-        lp = LogprobOptions(bool(return_logprob), logprob_start_len, top_logprobs_num)
-        reqs: list[Request] = []
-        call_id = rid or uuid.uuid4().hex[:16]
-        for i in range(count):
-            ids = self._prompt_ids(prompts[i] if prompts else None, id_lists[i] if id_lists else None)
-            params = SamplingParams.from_dict(params_list[i]).validate(self.core.vocab_size,
-                                                                       max_n=self.config.max_n)
-            self.check_lengths(len(ids), params)
-            spec = spec_from_params(params)
-            grammar = self.core.grammar.submit(spec) if spec is not None else None
-            base = f"{call_id}-{i}" if count > 1 else rid
-            for k in range(params.n):
-                reqs.append(self._request(ids, params, k, lp, namespace, priority, base, grammar))
-        return reqs, batch
+        call = self.prepare(generate_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                             top_logprobs_num, namespace, priority, rid))
+        return list(call.requests), call.batch
 
-    def _request(self, ids: list[int], params: SamplingParams, k: int, lp: LogprobOptions, namespace: str,
-                 priority: int, base: str | None, grammar: Future | None) -> Request:
+    def prepare(self, call: GenerateRequest) -> PreparedCall:
+        """Validate a call (the one place it is validated) and build its engine requests; grammar compiles
+        start here. Thread-safe: the server runs it in the same worker-thread call that tokenized the prompt."""
+        names, lp = call.names, call.logprobs
+        if not call.prompts:
+            raise RequestError(f"{names.prompt} is empty", param=names.prompt)
+        if len(call.prompts) > MAX_BATCH_PROMPTS:
+            raise RequestError(f"at most {MAX_BATCH_PROMPTS} prompts per call", param=names.prompt)
+        if len(call.params) != len(call.prompts):
+            raise RequestError("sampling_params must be one dict or one per prompt", param="sampling_params")
+        if not is_int(lp.top_logprobs_num) or not 0 <= lp.top_logprobs_num <= MAX_TOP_LOGPROBS:
+            raise RequestError(f"{names.top_logprobs_num} must be an integer in [0, {MAX_TOP_LOGPROBS}]",
+                               param=names.top_logprobs_num, code="out_of_range")
+        if not is_int(lp.logprob_start_len) or lp.logprob_start_len < -1:
+            raise RequestError("logprob_start_len must be an integer >= -1", param="logprob_start_len")
+        if not is_int(call.priority) or not -MAX_PRIORITY <= call.priority <= MAX_PRIORITY:
+            raise RequestError(f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}]", param="priority")
+        reqs: list[Request] = []
+        count = len(call.prompts)
+        call_id = call.rid or uuid.uuid4().hex[:16]
+        for i, prompt in enumerate(call.prompts):
+            ids = self._prompt_ids(prompt, names)
+            params = call.params[i].validate(self.core.vocab_size, max_n=self.config.max_n, names=names)
+            self.check_lengths(len(ids), params, names)
+            grammar = self._compile(params, names)
+            base = f"{call_id}-{i}" if count > 1 else call.rid
+            for k in range(params.n):
+                reqs.append(self._request(ids, params, k, lp, call, base, grammar))
+        return PreparedCall(tuple(reqs), call.batch, names)
+
+    def _compile(self, params: SamplingParams, names: FieldNames) -> Future | None:
+        with _constraint_named(names):
+            spec = spec_from_params(params)
+        return self.core.grammar.submit(spec) if spec is not None else None
+
+    def _request(self, ids: list[int], params: SamplingParams, k: int, lp: LogprobOptions, call: GenerateRequest,
+                 base: str | None, grammar: Future | None) -> Request:
         if params.n > 1 and params.seed is not None:
             params = SamplingParams.from_dict({**params.to_dict(), "seed": (params.seed + k) % (2**63)})
         rid = base or uuid.uuid4().hex
@@ -249,19 +293,21 @@ class Engine:
             detok=IncrementalDetokenizer(self.tokenizer.hf, ids, params.skip_special_tokens,
                                          params.spaces_between_special_tokens),
             stop=StopChecker(params, self.core.eos_token_ids),
-            logprobs=lp, namespace=namespace, priority=priority, grammar_future=grammar,
+            logprobs=lp, namespace=call.namespace, priority=call.priority, grammar_future=grammar,
         )
 
     @staticmethod
-    def _attach_matchers(reqs: list[Request]) -> None:
+    def _attach_matchers(call: PreparedCall) -> None:
         """Give constrained requests their matchers (compilation finished; errors raise RequestError)."""
-        for req in reqs:
-            if req.grammar_future is not None:
-                req.matcher = matcher_for(compiled_or_error(req.grammar_future))
-                req.grammar_future = None
+        with _constraint_named(call.names):
+            for req in call.requests:
+                if req.grammar_future is not None:
+                    req.matcher = matcher_for(compiled_or_error(req.grammar_future))
+                    req.grammar_future = None
 
-    def _submit(self, reqs: list[Request], loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
-        self._attach_matchers(reqs)
+    def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
+        self._attach_matchers(call)
+        reqs = list(call.requests)
         channel = DeltaChannel(loop)
         for index, req in enumerate(reqs):
             req.on_update = _reporter(channel, index, stream)
@@ -274,16 +320,17 @@ class Engine:
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                  logprob_start_len: int = -1, top_logprobs_num: int = 0, stream: bool = False, **extra: Any):
         """Generate for one prompt (→ dict) or a list (→ list); `stream=True` → iterator of cumulative dicts."""
-        reqs, batch = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                         top_logprobs_num, **extra)
-        channel = self._submit(reqs, None, stream)
+        call = self.prepare(generate_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                             top_logprobs_num, **extra))
+        channel = self._submit(call, None, stream)
+        reqs = list(call.requests)
         if stream:
             return GenerationStream(self, channel, reqs)
         results = self._wait(channel, reqs)
-        return results if batch or len(results) > 1 else results[0]
+        return results if call.batch or len(results) > 1 else results[0]
 
     def _wait(self, channel: DeltaChannel, reqs: list[Request]) -> list[dict[str, Any]]:
-        acc = _accumulator(reqs)
+        acc = accumulator(reqs)
         pending = len(reqs)
         try:
             while pending:
@@ -304,6 +351,18 @@ class Engine:
             if not self.is_alive:
                 raise RuntimeError(f"the engine stopped: {self.loop_error or 'shut down'}")
 
+    async def open_stream(self, call: PreparedCall) -> DeltaStream:
+        """Submit a prepared call from an event loop; its output arrives as `StepDelta`s (the HTTP path).
+
+        Awaits the call's grammar compiles first, without blocking the loop and without cancelling a compile
+        that other requests share when the caller gives up.
+        """
+        futures = {id(r.grammar_future): r.grammar_future for r in call.requests if r.grammar_future}
+        for fut in futures.values():
+            with contextlib.suppress(Exception):  # errors are raised by _submit, on the same future
+                await asyncio.shield(asyncio.wrap_future(fut))
+        return DeltaStream(self, self._submit(call, asyncio.get_running_loop(), True), list(call.requests))
+
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                              logprob_start_len: int = -1, top_logprobs_num: int = 0, stream: bool = False,
                              **extra: Any):
@@ -311,27 +370,21 @@ class Engine:
 
         Tokenizing and validation run in a worker thread, never on the caller's event loop.
         """
-        reqs, batch = await asyncio.to_thread(self.make_requests, prompt, sampling_params, input_ids,
-                                              return_logprob, logprob_start_len, top_logprobs_num, **extra)
-        for fut in {id(r.grammar_future): r.grammar_future for r in reqs if r.grammar_future}.values():
-            with contextlib.suppress(Exception):  # errors are raised by _submit, on the same future
-                # shield: a caller cancelled while waiting must not cancel a compile other requests share
-                await asyncio.shield(asyncio.wrap_future(fut))
-        channel = self._submit(reqs, asyncio.get_running_loop(), stream)
+        request = generate_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                   top_logprobs_num, **extra)
+        call = await asyncio.to_thread(self.prepare, request)
+        deltas = await self.open_stream(call)
         if stream:
-            return AsyncGenerationStream(self, channel, reqs)
-        acc = _accumulator(reqs)
-        pending = len(reqs)
+            return AsyncGenerationStream(deltas)
+        acc = accumulator(deltas.reqs)
         try:
-            while pending:
-                for delta in await channel.take_async():
+            async for batch in deltas:
+                for delta in batch:
                     acc.apply(delta)
-                    pending -= delta.finished
         finally:
-            if pending:
-                self.abort_all_of(reqs)
-        results = [acc.result(i) for i in range(len(reqs))]
-        return results if batch or len(results) > 1 else results[0]
+            deltas.close()
+        results = [acc.result(i) for i in range(len(deltas.reqs))]
+        return results if call.batch or len(results) > 1 else results[0]
 
     def abort_all_of(self, reqs: list[Request]) -> None:
         for r in reqs:
@@ -361,72 +414,12 @@ def _reporter(channel: DeltaChannel, index: int, stream: bool) -> Callable[[Requ
     return report
 
 
-def _accumulator(reqs: list[Request]) -> StreamAccumulator:
-    lp = reqs[0].logprobs  # one call: the same logprob options for every sequence
-    return StreamAccumulator(len(reqs), lp.return_logprob, lp.top_logprobs_num > 0)
-
-
-class _Stream:
-    """What both stream iterators share: cumulative result dicts folded from the engine's deltas.
-
-    Closing a stream (or dropping it) before the end aborts the requests still running. `channel` is the
-    bounded buffer between the engine and this reader.
-    """
-
-    def __init__(self, engine: Engine, channel: DeltaChannel, reqs: list[Request]) -> None:
-        self.engine, self.channel, self._reqs = engine, channel, reqs
-        self._acc = _accumulator(reqs)
-        self._ready: deque[dict[str, Any]] = deque()
-        self._pending = len(reqs)
-
-    def _fold(self, deltas: list[StepDelta]) -> None:
-        for delta in deltas:
-            self._acc.apply(delta)
-            self._pending -= delta.finished
-            result = self._acc.result(delta.index)
-            self._ready.append({**result, "index": delta.index} if len(self._reqs) > 1 else result)
-
-    def close(self) -> None:
-        """Stop reading; requests still running are aborted (their KV is freed on the next step)."""
-        if self._pending:
-            self._pending = 0
-            self.engine.abort_all_of(self._reqs)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # why: may run at interpreter exit, with the engine gone
-            self.close()
-
-
-class GenerationStream(_Stream, Iterator[dict[str, Any]]):
-    """The iterator `generate(stream=True)` returns."""
-
-    def __next__(self) -> dict[str, Any]:
-        while not self._ready:
-            if not self._pending:
-                raise StopIteration
-            try:
-                deltas = self.engine.next_deltas(self.channel)
-            except BaseException:
-                self.close()
-                raise
-            self._fold(deltas)
-        return self._ready.popleft()
-
-
-class AsyncGenerationStream(_Stream, AsyncIterator[dict[str, Any]]):
-    """The async iterator `async_generate(stream=True)` returns."""
-
-    async def __anext__(self) -> dict[str, Any]:
-        while not self._ready:
-            if not self._pending:
-                raise StopAsyncIteration
-            try:
-                deltas = await self.channel.take_async()
-            except BaseException:
-                self.close()
-                raise
-            self._fold(deltas)
-        return self._ready.popleft()
-
-    async def aclose(self) -> None:
-        self.close()
+@contextlib.contextmanager
+def _constraint_named(names: FieldNames) -> Iterator[None]:
+    """Grammar errors name the field the client put the constraint in (`response_format`, `tools`, ...)."""
+    try:
+        yield
+    except RequestError as e:
+        if names.constraint is None or e.param not in CONSTRAINTS:
+            raise
+        raise RequestError(e.message, param=names.constraint, code=e.code) from None

@@ -63,6 +63,21 @@ DEFAULT_MAX_NEW_TOKENS_LIMIT = 1 << 20
 GREEDY_EPS = 1e-6  # temperatures below this sample greedily
 
 
+@dataclass(frozen=True)
+class FieldNames:
+    """The names a client gave the fields whose errors it sees: validation writes them into `param` and the
+    message from the start (an OpenAI client sent `max_tokens`, SGLang's sent `max_new_tokens`)."""
+
+    prompt: str = "prompt"
+    max_new_tokens: str = "max_new_tokens"
+    min_new_tokens: str = "min_new_tokens"
+    top_logprobs_num: str = "top_logprobs_num"
+    constraint: str | None = None  # the field a constraint came from; None: the sampling parameter's own name
+
+
+NATIVE_NAMES = FieldNames()
+
+
 @dataclass
 class SamplingParams:
     """How one request samples and when it stops; field names and defaults follow SGLang's native API."""
@@ -147,12 +162,13 @@ class SamplingParams:
         max_new_tokens_limit: int = DEFAULT_MAX_NEW_TOKENS_LIMIT,
         max_stop_strings: int = MAX_STOP_STRINGS,
         max_stop_chars: int = MAX_STOP_STRING_CHARS,
+        names: FieldNames = NATIVE_NAMES,
     ) -> SamplingParams:
         """Check every field against `vocab_size` (the model's, not the tokenizer's) and the limits; return self.
 
-        Raises `SamplingParamsError` for the first offending field.
+        Raises `SamplingParamsError` for the first offending field, named as the client named it (`names`).
         """
-        self._validate_lengths(max_new_tokens_limit)
+        self._validate_lengths(max_new_tokens_limit, names)
         self._validate_floats()
         _check_int(self.top_k, "top_k")
         if self.top_k != -1 and not 1 <= self.top_k <= vocab_size:
@@ -171,15 +187,16 @@ class SamplingParams:
                 _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a boolean")
         return self
 
-    def _validate_lengths(self, limit: int) -> None:
-        _check_int(self.max_new_tokens, "max_new_tokens")
-        _check_int(self.min_new_tokens, "min_new_tokens")
+    def _validate_lengths(self, limit: int, names: FieldNames) -> None:
+        most, least = names.max_new_tokens, names.min_new_tokens
+        _check_int(self.max_new_tokens, most)
+        _check_int(self.min_new_tokens, least)
         if not 0 <= self.max_new_tokens <= limit:
-            _fail("max_new_tokens", ErrorCode.OUT_OF_RANGE, f"max_new_tokens must be in [0, {limit}]")
+            _fail(most, ErrorCode.OUT_OF_RANGE, f"{most} must be in [0, {limit}]")
         if self.min_new_tokens < 0:
-            _fail("min_new_tokens", ErrorCode.OUT_OF_RANGE, "min_new_tokens must be >= 0")
+            _fail(least, ErrorCode.OUT_OF_RANGE, f"{least} must be >= 0")
         if self.min_new_tokens > self.max_new_tokens:
-            _fail("min_new_tokens", ErrorCode.OUT_OF_RANGE, "min_new_tokens must be <= max_new_tokens")
+            _fail(least, ErrorCode.OUT_OF_RANGE, f"{least} must be <= {most}")
 
     def _validate_floats(self) -> None:
         for name in _FLOAT_FIELDS:

@@ -186,9 +186,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server: _Server | None = None
 
     def on_ready(state: ServerState) -> None:
-        from sprig.runtime.engine.summary import engine_facts, format_block
+        from sprig.runtime.engine.summary import format_block
 
-        facts = [*engine_facts(state.ready_engine().core), ("data parallel", str(getattr(args, "dp_size", 1) or 1))]
+        facts = [*state.ready_engine().facts(), ("data parallel", str(getattr(args, "dp_size", 1) or 1))]
         title = f"sprig: serving {state.model_name} at {url} (OpenAI API: {url}/v1)"  # first: the router reads it
         print(format_block(title, facts), file=sys.stderr, flush=True)
 

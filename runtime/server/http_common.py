@@ -22,7 +22,6 @@ from sprig.runtime.server.http_errors import (
     bad_request,
     from_validation_error,
 )
-from sprig.runtime.server.openai_convert import TokenTexts
 from sprig.runtime.server.state import ServerState
 
 M = TypeVar("M", bound=BaseModel)
@@ -113,6 +112,30 @@ def tenant_of(request: Request) -> Tenant:
 
 def json_response(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def safe_decode(tok: Any, ids: list[int]) -> str:
+    """The text of `ids`, or "" for ids the tokenizer cannot decode (the engine's validation reports those)."""
+    try:
+        return tok.decode(ids, skip_special_tokens=False)
+    except Exception:  # noqa: BLE001 - out-of-vocab ids are reported by the engine's validation
+        return ""
+
+
+class TokenTexts:
+    """Text of single tokens (cached): what logprob entries show for each token id."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self.cache.get(token_id)
+        if text is None:
+            text = safe_decode(self.tokenizer, [token_id])
+            if len(self.cache) < 1 << 18:
+                self.cache[token_id] = text
+        return text
 
 
 def state_texts(state: ServerState) -> TokenTexts:

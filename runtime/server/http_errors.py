@@ -80,14 +80,11 @@ def bad_request(message: str, param: str | None = None, code: str | None = "inva
     return APIError(400, message, ErrorType.INVALID_REQUEST, param, code)
 
 
-def from_value_error(error: ValueError, rename: Mapping[str, str] | None = None) -> APIError:
-    """A 400 from an engine/grammar validation error (`param` and `code` attributes), renaming engine params
-    to the names the client sent, in `param` and in the message."""
+def from_value_error(error: ValueError) -> APIError:
+    """A 400 from an engine/grammar validation error (`param` and `code` attributes; the engine names the fields
+    as the client sent them, `FieldNames`)."""
     param = getattr(error, "param", None)
     message = getattr(error, "message", None) or str(error)
-    if param is not None and rename and param in rename:
-        message = re.sub(rf"\b{re.escape(param)}\b", rename[param], message)
-        param = rename[param]
     code = getattr(error, "code", None) or "invalid_request"
     if code == "queue_full":
         return APIError(503, message, ErrorType.UNAVAILABLE, None, code, {"Retry-After": "1"})

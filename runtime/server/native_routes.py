@@ -17,15 +17,17 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
+from sprig.runtime.engine.generate_request import generate_request
+from sprig.runtime.engine.request import StepDelta
 from sprig.runtime.server.auth import forbidden
 from sprig.runtime.server.http_common import (
+    TokenTexts,
     body_spec,
     get_state,
     json_response,
@@ -33,27 +35,22 @@ from sprig.runtime.server.http_common import (
     state_texts,
     tenant_of,
 )
-from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request
+from sprig.runtime.server.http_errors import bad_request
 from sprig.runtime.server.native_stream import ChunkCutter, stream_intervals
-from sprig.runtime.server.openai_convert import EngineCall, TokenTexts, check_timeout
 from sprig.runtime.server.openai_protocol import StrictModel
 from sprig.runtime.server.run import (
-    DONE,
     EventStream,
     GenerationRun,
-    RunStopped,
-    StopCause,
-    engine_failure,
+    ServerCall,
+    check_timeout,
     run_to_end,
-    sse,
-    stream_error,
-    timeout_error,
+    sse_body,
+    start_run,
 )
 from sprig.runtime.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
-NATIVE_PARAMS = {"prompt": "text"}
 _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
 FLUSH_POLL_S = 0.05  # how often a flush with a timeout asks the engine again
@@ -123,17 +120,12 @@ def count_sequences(req: GenerateRequest, params: Any, max_n: int, limit: int) -
     return max(total, 1)
 
 
-def engine_call(req: GenerateRequest, params: Any, sequences: int) -> EngineCall:
-    kwargs: dict[str, Any] = {"sampling_params": params, "return_logprob": bool(req.return_logprob),
-                              "logprob_start_len": -1 if req.logprob_start_len is None else req.logprob_start_len,
-                              "top_logprobs_num": req.top_logprobs_num or 0}
-    if req.text is not None:
-        kwargs["prompt"] = req.text
-    if req.input_ids is not None:
-        kwargs["input_ids"] = req.input_ids
-    if req.priority is not None:
-        kwargs["priority"] = req.priority
-    return EngineCall(kwargs, sequences, check_timeout(req.timeout), NATIVE_PARAMS)
+def server_call(req: GenerateRequest, params: Any, rid: str) -> ServerCall:
+    """The engine call of a /generate request (worker thread: `SamplingParams.from_dict` runs here)."""
+    request = generate_request(req.text, params, req.input_ids, bool(req.return_logprob),
+                               -1 if req.logprob_start_len is None else req.logprob_start_len,
+                               req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text")
+    return ServerCall(request, req.timeout)
 
 
 def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str, Any]:
@@ -152,35 +144,17 @@ def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str,
     return {**result, "meta_info": meta}
 
 
-async def native_sse(state: ServerState, run: GenerationRun, texts: TokenTexts | None,
-                     cutter: ChunkCutter) -> AsyncGenerator[bytes, None]:
-    """Results as SSE chunks cut by `cutter`; an SSE error event on failure; always [DONE] unless the client left."""
-    try:
-        async for event in run.events():
-            failure = engine_failure([event])
-            if failure is not None:
-                yield stream_error(state, failure)
-                break
-            chunk = cutter.cut(native_result(event, texts))
-            if chunk is not None:
-                yield sse(chunk)
-    except RunStopped as stop:
-        if stop.cause is StopCause.DISCONNECTED:
-            return
-        if stop.cause is StopCause.TIMEOUT:
-            yield stream_error(state, timeout_error())
-        else:
-            multi = run.call.num_sequences > 1
-            for i, r in enumerate(run.results(aborted=True)):
-                if i in run.recorded or i not in run.latest:
-                    continue
-                chunk = cutter.cut(native_result({**r, "index": i} if multi else r, texts), force=True)
-                yield sse(chunk)
-    except Exception:  # noqa: BLE001 - end this stream cleanly
-        logger.exception("native streaming failed")
-        yield stream_error(state, APIError(500, "internal error while streaming", ErrorType.SERVER, None,
-                                           "internal_error"))
-    yield DONE
+def native_stream(state: ServerState, run: GenerationRun, texts: TokenTexts | None, cutter: ChunkCutter) -> Any:
+    """The SSE body: chunks cut by `cutter`; at shutdown each unfinished sequence's last chunk."""
+
+    def chunk(delta: StepDelta) -> dict[str, Any] | None:
+        out = cutter.cut(delta)
+        return None if out is None else native_result(out, texts)
+
+    def aborted() -> list[dict[str, Any]]:
+        return [native_result(cutter.cut(d, force=True) or {}, texts) for d in run.unfinished_deltas()]
+
+    return sse_body(state, run, chunk, aborted)
 
 
 def native_router() -> APIRouter:
@@ -194,16 +168,21 @@ def native_router() -> APIRouter:
         engine = state.ready_engine()
         req = await read_model(request, GenerateRequest, state.settings.max_request_bytes)
         params = _clean_params(req.sampling_params)
-        sequences = count_sequences(req, params, engine.config.max_n, state.settings.max_sequences_per_request)
-        call = engine_call(req, params, sequences)
-        call.kwargs["rid"] = f"gen-{uuid.uuid4().hex}"
-        ticket = state.admit(tenant_of(request), sequences, "generate")
-        run = await GenerationRun.start(state, ticket, call)
+        sequences = count_sequences(req, params, engine.max_n, state.settings.max_sequences_per_request)
+        check_timeout(req.timeout)
+        rid = f"gen-{uuid.uuid4().hex}"
+
+        def plan() -> tuple[ServerCall, ServerCall]:
+            call = server_call(req, params, rid)
+            return call, call
+
+        call, run = await start_run(state, tenant_of(request), sequences, "generate", plan)
         texts = state_texts(state) if req.return_text_in_logprobs else None
         if req.stream:
             cutter = ChunkCutter(stream_intervals(params, _prompt_count(req)),
-                                 state.settings.incremental_streaming_output)
-            return EventStream(run, lambda: native_sse(state, run, texts, cutter))
+                                 state.settings.incremental_streaming_output, call.request.logprobs,
+                                 run.num_sequences > 1, run.acc.result)
+            return EventStream(run, lambda: native_stream(state, run, texts, cutter))
         run.watch_disconnect(request.receive)
         results = [native_result(r, texts) for r in await run_to_end(run)]
         many = _is_batch(req) or len(results) > 1
@@ -268,20 +247,20 @@ def _flush_timeout(request: Request) -> float:
 
 
 def _model_info(state: ServerState) -> dict[str, Any]:
-    core = state.ready_engine().core
-    fmt = core.checkpoint_format
-    return {"model_path": core.model_path, "tokenizer_path": core.model_path, "is_generation": True,
-            "served_model_name": state.model_name, "context_length": core.context_length,
-            "vocab_size": core.vocab_size, "model_format": fmt.name, "file_type": fmt.file_type}
+    engine = state.ready_engine()
+    fmt = engine.checkpoint_format
+    return {"model_path": engine.model_path, "tokenizer_path": engine.model_path, "is_generation": True,
+            "served_model_name": state.model_name, "context_length": engine.context_length,
+            "vocab_size": engine.vocab_size, "model_format": fmt.name, "file_type": fmt.file_type}
 
 
 async def _server_info(state: ServerState) -> dict[str, Any]:
     engine = state.ready_engine()
     stats = await asyncio.to_thread(engine.stats)
-    server = {"model_path": engine.core.model_path, "served_model_name": state.model_name,
+    server = {"model_path": engine.model_path, "served_model_name": state.model_name,
               "inflight_sequences": state.inflight_sequences, "active_requests": len(state.runs),
               "draining": state.draining, "health": state.health().value,
               "max_queued_requests": state.settings.max_queued_requests,
               "max_request_bytes": state.settings.max_request_bytes,
-              "constrained_decoding": hasattr(engine.core, "grammar")}
+              "constrained_decoding": engine.constrained_decoding}
     return {**stats, "server": server}

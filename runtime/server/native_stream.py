@@ -1,67 +1,79 @@
-"""How /generate cuts its SSE chunks: `stream_interval` batching and SGLang's incremental streaming mode.
+"""How /generate cuts its SSE chunks from the engine's deltas: `stream_interval` batching and SGLang's two shapes.
 
-The engine's events are cumulative (the text, ids and logprobs so far), so skipping one loses nothing: a sequence
-gets a chunk when it finishes, on its first tokens, and then once at least `stream_interval` new tokens exist.
-With `--incremental-streaming-output` a chunk carries only what is new since that sequence's previous chunk
-(text, `output_ids` and the logprob lists); `meta_info.output_token_logprobs_length` is the cumulative count in
-both modes, as SGLang reports it, so a client can place each slice.
+A sequence gets a chunk when it finishes, on its first tokens, and then once at least `stream_interval` new tokens
+exist; deltas held back meanwhile are merged, so skipping one loses nothing. SGLang's default chunk is cumulative
+(the text, ids and logprobs so far: built from the run's folded output, the only place the route needs it); with
+`--incremental-streaming-output` a chunk carries only what is new since that sequence's previous chunk, straight
+from the merged deltas. `meta_info.output_token_logprobs_length` is the cumulative count in both modes, as SGLang
+reports it, so a client can place each slice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-_LIST_META = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs", "input_top_logprobs")
+from sprig.runtime.engine.request import LogprobOptions, StepDelta
 
 
 @dataclass
 class _Sent:
-    """What one sequence's client has been sent: token count, text length and each logprob list's length."""
+    """One sequence's stream: tokens and output logprobs so far, tokens sent, and the deltas not sent yet."""
 
     tokens: int = 0
-    chars: int = 0
-    lists: tuple[int, ...] = (0, 0, 0, 0)
+    logprobs: int = 0
+    sent_tokens: int = 0
     started: bool = False
+    held: StepDelta | None = None
 
 
 class ChunkCutter:
     """Per-call chunking state for a native stream (one per /generate request)."""
 
-    def __init__(self, intervals: list[int], incremental: bool) -> None:
-        """`intervals[i]`: the stream_interval of sequence i (prompt-major, n copies consecutive)."""
+    def __init__(self, intervals: list[int], incremental: bool, lp: LogprobOptions, multi: bool,
+                 cumulative: Callable[[int], dict[str, Any]]) -> None:
+        """`intervals[i]`: the stream_interval of sequence i (prompt-major, n copies consecutive); `cumulative(i)`:
+        sequence i's result dict so far (SGLang's default, non-incremental chunk)."""
         self.intervals = intervals
         self.incremental = incremental
+        self.lp = lp
+        self.multi = multi
+        self.cumulative = cumulative
         self.sent: dict[int, _Sent] = {}
 
-    def cut(self, event: dict[str, Any], force: bool = False) -> dict[str, Any] | None:
-        """The chunk to send for this cumulative `event`, or None while it waits for `stream_interval` tokens."""
-        index = event.get("index", 0)
-        sent = self.sent.setdefault(index, _Sent())
-        tokens = len(event["output_ids"])
-        finished = event["meta_info"].get("finish_reason") is not None
+    def cut(self, delta: StepDelta, force: bool = False) -> dict[str, Any] | None:
+        """The chunk to send after `delta`, or None while it waits for `stream_interval` tokens."""
+        index = delta.index
+        seq = self.sent.setdefault(index, _Sent())
+        seq.tokens += len(delta.ids)
+        seq.logprobs += len(delta.output_logprobs)
+        if seq.held is None:
+            seq.held = StepDelta(index, list(delta.ids), list(delta.text), list(delta.output_logprobs),
+                                 list(delta.input_logprobs), delta.meta, delta.finished)
+        else:
+            seq.held.merge(delta)
+        finished = delta.meta.get("finish_reason") is not None
         interval = self.intervals[index] if index < len(self.intervals) else 1
-        if not (force or finished or not sent.started or tokens - sent.tokens >= interval):
+        if not (force or finished or not seq.started or seq.tokens - seq.sent_tokens >= interval):
             return None
-        chunk = self._shape(event, sent)
-        self.sent[index] = _Sent(tokens, len(event["text"]), self._lengths(event["meta_info"]), True)
+        chunk = self._incremental(seq.held) if self.incremental else self.cumulative(index)
+        if self.lp.return_logprob:
+            chunk["meta_info"]["output_token_logprobs_length"] = seq.logprobs
+        if self.multi:
+            chunk["index"] = index
+        seq.held, seq.sent_tokens, seq.started = None, seq.tokens, True
         return chunk
 
-    def _shape(self, event: dict[str, Any], sent: _Sent) -> dict[str, Any]:
-        meta = dict(event["meta_info"])
-        if "output_token_logprobs" in meta:
-            meta["output_token_logprobs_length"] = len(meta["output_token_logprobs"])
-        if not self.incremental:
-            return {**event, "meta_info": meta}
-        for key, start in zip(_LIST_META, sent.lists, strict=True):
-            if key in meta:
-                meta[key] = meta[key][start:]
-        return {**event, "text": event["text"][sent.chars:], "output_ids": event["output_ids"][sent.tokens:],
-                "meta_info": meta}
-
-    @staticmethod
-    def _lengths(meta: dict[str, Any]) -> tuple[int, ...]:
-        return tuple(len(meta.get(key) or ()) for key in _LIST_META)
+    def _incremental(self, held: StepDelta) -> dict[str, Any]:
+        meta = dict(held.meta)
+        if self.lp.return_logprob:
+            meta["input_token_logprobs"] = [(lp, tok) for lp, tok, _ in held.input_logprobs]
+            meta["output_token_logprobs"] = [(lp, tok) for lp, tok, _ in held.output_logprobs]
+            if self.lp.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = [top for _, _, top in held.input_logprobs]
+                meta["output_top_logprobs"] = [top for _, _, top in held.output_logprobs]
+        return {"text": "".join(held.text), "output_ids": held.ids, "meta_info": meta}
 
 
 def stream_intervals(params: Any, prompts: int) -> list[int]:

@@ -1,7 +1,8 @@
 """OpenAI requests → engine calls, engine results → OpenAI responses.
 
-A request becomes an `EngineCall` (the keyword arguments of `Engine.async_generate` plus what the server needs to
-admit and time it); results (the result dicts of docs/architecture.md) become choices, logprobs and exact usage counts.
+A request becomes a `ServerCall`: the engine's typed `GenerateRequest` (with the client's field names, so the
+engine's validation errors name what the client sent) and the client's deadline; results (the result dicts of
+docs/architecture.md, or the engine's deltas while streaming) become choices, logprobs and exact usage counts.
 
 Chat messages become prompt ids through the checkpoint's chat template. Content may be a string or a list of
 ``{"type": "text", "text": ...}`` parts (joined with newlines; other part types are refused). ``developer`` messages
@@ -13,13 +14,17 @@ template's assistant prompt. Assistant ``tool_calls`` are passed to templates th
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
+from sprig.runtime.engine.generate_request import GenerateRequest
+from sprig.runtime.engine.request import LogprobOptions
+from sprig.runtime.engine.sampling_params import FieldNames, SamplingParams
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.tokenizer import Tokenizer
+from sprig.runtime.server.http_common import TokenTexts, safe_decode
 from sprig.runtime.server.http_errors import bad_request, from_value_error
 from sprig.runtime.server.openai_protocol import (
     ChatCompletionRequest,
@@ -46,31 +51,16 @@ from sprig.runtime.server.openai_tools import (
     tool_constraint,
     tools_system_prompt,
 )
+from sprig.runtime.server.run import ServerCall, check_timeout
 
-MAX_TOP_LOGPROBS = 20
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-# Engine parameter names → the OpenAI names clients sent.
-COMPLETION_PARAMS = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "input_ids": "prompt",
-                     "top_logprobs_num": "logprobs"}
-CHAT_PARAMS = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "input_ids": "messages",
-               "prompt": "messages", "top_logprobs_num": "top_logprobs"}
-
-
-@dataclass
-class EngineCall:
-    """One `Engine.async_generate` call: its keyword arguments and the number of sequences it starts."""
-
-    kwargs: dict[str, Any]
-    num_sequences: int
-    timeout: float | None = None
-    rename: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class OpenAIPlan:
     """An OpenAI request ready to run: the engine call and how to present its results."""
 
-    call: EngineCall
+    call: ServerCall
     n: int
     prompt_lens: list[int]
     stream: bool
@@ -81,17 +71,11 @@ class OpenAIPlan:
     tools: ToolPlan | None = None
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise bad_request("timeout must be a positive finite number of seconds", "timeout", "out_of_range")
-    return timeout
-
-
 def check_n(req: SamplingFields, prompts: int, engine: Engine, max_sequences: int) -> int:
-    """Bound n and the fan-out before anything is tokenized or allocated."""
+    """Bound n and the fan-out before anything is tokenized or allocated (once, before admission)."""
     n = 1 if req.n is None else req.n
-    if not 1 <= n <= engine.config.max_n:
-        raise bad_request(f"n must be in [1, {engine.config.max_n}]", "n", "out_of_range")
+    if not 1 <= n <= engine.max_n:
+        raise bad_request(f"n must be in [1, {engine.max_n}]", "n", "out_of_range")
     if prompts * n > max_sequences:
         raise bad_request(f"prompts x n = {prompts * n} exceeds the limit of {max_sequences} sequences per request",
                           "n" if prompts == 1 else "prompt", "too_many")
@@ -103,7 +87,7 @@ class Constraint:
     """The one constraint a request sets: the engine's sampling-params entry and the client's name for it."""
 
     params: dict[str, Any] = field(default_factory=dict)
-    rename: dict[str, str] = field(default_factory=dict)  # engine param -> the client's field, for errors
+    field: str | None = None  # the client's field, when it is not the sampling parameter's own name
 
 
 def _constraint_sources(req: SamplingFields) -> list[tuple[str, str, Any]]:
@@ -125,7 +109,7 @@ def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str)
         if given:
             raise bad_request(f"{extra_param} cannot be combined with {given[0][1]}", extra_param,
                               "conflicting_parameters")
-        return Constraint({"json_schema": extra_schema})
+        return Constraint({"json_schema": extra_schema}, extra_param)
     if len(given) > 1:
         names = " and ".join(name for _, name, _ in given)
         raise bad_request(f"give at most one of {names}", given[-1][1], "conflicting_parameters")
@@ -141,11 +125,12 @@ def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str)
             except ValueError:
                 raise bad_request(f"{name} is not valid JSON", name, "invalid_schema") from None
         value = check_schema(value, name)
-    return Constraint({key: value}, {key: name} if name != key else {})
+    return Constraint({key: value}, name if name != key else None)
 
 
-def sampling_params(req: SamplingFields, max_tokens: int | None, n: int, constraint: dict[str, Any]) -> dict:
-    """The engine's `sampling_params` dict (None values dropped: they mean the engine default)."""
+def sampling_params(req: SamplingFields, max_tokens: int | None, n: int,
+                    constraint: dict[str, Any]) -> SamplingParams:
+    """The engine's `SamplingParams` (None values mean the engine default; the engine validates them)."""
     params = {
         "max_new_tokens": max_tokens, "min_new_tokens": req.min_tokens, "temperature": req.temperature,
         "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p, "frequency_penalty": req.frequency_penalty,
@@ -154,7 +139,7 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, n: int, constra
         "seed": req.seed, "logit_bias": req.logit_bias, "skip_special_tokens": req.skip_special_tokens,
         **constraint,
     }
-    return {k: v for k, v in params.items() if v is not None}
+    return SamplingParams.from_dict(params)
 
 
 # --- completions ------------------------------------------------------------------------------------------
@@ -173,8 +158,6 @@ def check_completion(req: CompletionRequest, engine: Engine, max_sequences: int)
     """Cheap checks before admission; returns the number of sequences the request would start."""
     if req.suffix:
         raise bad_request("suffix is not supported", "suffix", "unsupported")
-    if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
-        raise bad_request(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}]", "logprobs", "out_of_range")
     check_timeout(req.timeout)
     prompts = completion_prompts(req)
     n = check_n(req, len(prompts), engine, max_sequences)
@@ -183,42 +166,34 @@ def check_completion(req: CompletionRequest, engine: Engine, max_sequences: int)
     return len(prompts) * n
 
 
-def completion_plan(req: CompletionRequest, engine: Engine, max_sequences: int) -> OpenAIPlan:
-    """Tokenize and build the engine call of a /v1/completions request."""
+def completion_plan(req: CompletionRequest, engine: Engine, rid: str) -> OpenAIPlan:
+    """Tokenize and build the engine call of a /v1/completions request (`check_completion` ran)."""
     prompts = completion_prompts(req)
-    n = check_n(req, len(prompts), engine, max_sequences)
+    n = 1 if req.n is None else req.n
     tok = engine.tokenizer
     if isinstance(prompts[0], str):
         ids = [tok.encode(p) for p in prompts]
         texts = list(prompts) if req.echo else []
     else:
         ids = [list(p) for p in prompts]
-        texts = [_safe_decode(tok, p) for p in ids] if req.echo else []
+        texts = [safe_decode(tok, p) for p in ids] if req.echo else []
     if any(not x for x in ids):
         raise bad_request("the prompt must not be empty", "prompt", "empty")
     max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     constraint = _constraint(req, None, "")
     params = sampling_params(req, max_tokens, n, constraint.params)
     lp = req.logprobs
-    kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": lp is not None,
-              "top_logprobs_num": lp or 0, "logprob_start_len": 0 if (req.echo and lp is not None) else -1}
-    _add_priority(kwargs, req)
-    call = EngineCall(kwargs, len(ids) * n, check_timeout(req.timeout), {**COMPLETION_PARAMS, **constraint.rename})
+    logprobs = LogprobOptions(lp is not None, 0 if (req.echo and lp is not None) else -1, lp or 0)
+    names = FieldNames("prompt", "max_tokens", "min_tokens", "logprobs", constraint.field)
+    request = GenerateRequest(tuple(tuple(x) for x in ids), (params,) * len(ids), logprobs, rid,
+                              _priority(req), names=names)
     opts = req.stream_options
-    return OpenAIPlan(call, n, [len(x) for x in ids], bool(req.stream),
+    return OpenAIPlan(ServerCall(request, req.timeout), n, [len(x) for x in ids], bool(req.stream),
                       bool(req.stream and opts and opts.include_usage), texts, bool(req.echo), lp)
 
 
-def _add_priority(kwargs: dict[str, Any], req: SamplingFields) -> None:
-    if req.priority is not None:
-        kwargs["priority"] = req.priority
-
-
-def _safe_decode(tok: Any, ids: list[int]) -> str:
-    try:
-        return tok.decode(ids, skip_special_tokens=False)
-    except Exception:  # noqa: BLE001 - out-of-vocab ids are reported by the engine's validation
-        return ""
+def _priority(req: SamplingFields) -> int:
+    return 0 if req.priority is None else req.priority
 
 
 # --- chat -------------------------------------------------------------------------------------------------
@@ -312,64 +287,42 @@ def check_chat(req: ChatCompletionRequest, engine: Engine, max_sequences: int) -
     """Cheap checks before admission; returns the number of sequences."""
     if not req.messages:
         raise bad_request("messages must not be empty", "messages", "empty")
-    if req.top_logprobs is not None:
-        if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise bad_request(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]", "top_logprobs", "out_of_range")
-        if req.top_logprobs > 0 and not req.logprobs:
-            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs", "conflicting_parameters")
+    if req.top_logprobs is not None and req.top_logprobs > 0 and not req.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true", "top_logprobs", "conflicting_parameters")
     check_timeout(req.timeout)
     return check_n(req, 1, engine, max_sequences)
 
 
-def chat_plan(req: ChatCompletionRequest, engine: Engine, max_sequences: int) -> OpenAIPlan:
-    """Render, tokenize and build the engine call of a /v1/chat/completions request."""
-    n = check_n(req, 1, engine, max_sequences)
+def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str) -> OpenAIPlan:
+    """Render, tokenize and build the engine call of a /v1/chat/completions request (`check_chat` ran)."""
+    n = 1 if req.n is None else req.n
     tools = plan_tools(req.tools, req.tool_choice)
     fmt_schema = response_format_schema(req.response_format)
     tool_schema = tool_constraint(tools) if tools else None
     if fmt_schema is not None and tool_schema is not None:
         raise bad_request("response_format cannot be combined with a required or named tool_choice",
                           "response_format", "conflicting_parameters")
-    extra, extra_param = (fmt_schema, "response_format") if fmt_schema is not None else (tool_schema, "tool_choice")
+    # why: grammar errors must name what the client sent: the schema inside response_format, or tools
+    extra, extra_param = ((fmt_schema, "response_format.json_schema.schema") if fmt_schema is not None
+                          else (tool_schema, "tools"))
     constraint = _constraint(req, extra, extra_param)
     ids = chat_prompt_ids(req.messages, engine.tokenizer, tools)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
-        room = min(engine.core.context_length, engine.core.kv.total_tokens) - len(ids)
-        max_tokens = max(room, 1)
+        max_tokens = max(engine.max_new_tokens_room - len(ids), 1)
     params = sampling_params(req, max_tokens, n, constraint.params)
     top = (req.top_logprobs or 0) if req.logprobs else 0
-    kwargs = {"input_ids": ids, "sampling_params": params, "return_logprob": bool(req.logprobs),
-              "top_logprobs_num": top}
-    rename = {**CHAT_PARAMS, **constraint.rename}
-    if req.max_completion_tokens is not None:
-        rename["max_new_tokens"] = "max_completion_tokens"
-    if extra is not None:  # why: grammar errors name json_schema; the client sent response_format or tools
-        rename["json_schema"] = "response_format.json_schema.schema" if fmt_schema is not None else "tools"
-    _add_priority(kwargs, req)
-    call = EngineCall(kwargs, n, check_timeout(req.timeout), rename)
+    most = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    names = FieldNames("messages", most, "min_tokens", "top_logprobs", constraint.field)
+    request = GenerateRequest((tuple(ids),), (params,), LogprobOptions(bool(req.logprobs), -1, top), rid,
+                              _priority(req), names=names)
     opts = req.stream_options
-    return OpenAIPlan(call, n, [len(ids)], bool(req.stream), bool(req.stream and opts and opts.include_usage),
-                      logprobs=top if req.logprobs else None, tools=tools)
+    return OpenAIPlan(ServerCall(request, req.timeout), n, [len(ids)], bool(req.stream),
+                      bool(req.stream and opts and opts.include_usage), logprobs=top if req.logprobs else None,
+                      tools=tools)
 
 
 # --- results ----------------------------------------------------------------------------------------------
-
-
-class TokenTexts:
-    """Text of single tokens (cached): what logprob entries show for each token id."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self.cache.get(token_id)
-        if text is None:
-            text = _safe_decode(self.tokenizer, [token_id])
-            if len(self.cache) < 1 << 18:
-                self.cache[token_id] = text
-        return text
 
 
 def finish_reason(meta: dict[str, Any]) -> str | None:
@@ -378,26 +331,24 @@ def finish_reason(meta: dict[str, Any]) -> str | None:
     return None if reason is None else str(reason.get("type"))
 
 
-def _entries(meta: dict[str, Any], prompt: bool, start: int) -> list[tuple[Any, int, list]]:
-    """(logprob, token id, top alternatives) of the prompt and/or output tokens from `start` on."""
+Entries = Sequence[tuple[Any, int, Any]]  # (logprob, token id, top alternatives): a delta's or a result's
+
+
+def result_entries(meta: dict[str, Any], prompt: bool) -> list[tuple[Any, int, list]]:
+    """(logprob, token id, top alternatives) of a result's prompt (with `prompt`) and output tokens."""
     out: list[tuple[Any, int, list]] = []
-    if prompt:
-        tops = meta.get("input_top_logprobs") or []
-        for i, (lp, tid) in enumerate(meta.get("input_token_logprobs") or []):
+    keys = [("input_token_logprobs", "input_top_logprobs")] if prompt else []
+    for pairs_key, tops_key in [*keys, ("output_token_logprobs", "output_top_logprobs")]:
+        tops = meta.get(tops_key) or []
+        for i, (lp, tid) in enumerate(meta.get(pairs_key) or []):
             out.append((lp, tid, tops[i] if i < len(tops) else []))
-    tops = meta.get("output_top_logprobs") or []
-    pairs = meta.get("output_token_logprobs") or []
-    for i in range(start, len(pairs)):
-        lp, tid = pairs[i]
-        out.append((lp, tid, tops[i] if i < len(tops) else []))
     return out
 
 
-def completion_logprobs(meta: dict[str, Any], texts: TokenTexts, include_prompt: bool, start: int,
-                        offset: int) -> tuple[CompletionLogprobs, int]:
-    """Legacy completions logprobs for tokens from `start`; returns them and the text offset after them."""
+def completion_logprobs(entries: Entries, texts: TokenTexts, offset: int) -> tuple[CompletionLogprobs, int]:
+    """Legacy completions logprobs of `entries`; returns them and the text offset after them."""
     result = CompletionLogprobs()
-    for lp, tid, top in _entries(meta, include_prompt, start):
+    for lp, tid, top in entries:
         text = texts(tid)
         result.tokens.append(text)
         result.token_logprobs.append(lp)
@@ -407,20 +358,21 @@ def completion_logprobs(meta: dict[str, Any], texts: TokenTexts, include_prompt:
     return result, offset
 
 
-def chat_logprobs(meta: dict[str, Any], texts: TokenTexts, start: int) -> ChatLogprobs:
-    """Chat logprobs (`content` entries with top alternatives) for output tokens from `start`."""
+def chat_logprobs(entries: Entries, texts: TokenTexts) -> ChatLogprobs:
+    """Chat logprobs (`content` entries with top alternatives) of output `entries`."""
     content = []
-    for lp, tid, top in _entries(meta, False, start):
+    for lp, tid, top in entries:
         text = texts(tid)
         alts = [TopLogprob(texts(t), v, list(texts(t).encode())) for v, t in top]
         content.append(TokenLogprob(text, lp, list(text.encode()), alts))
     return ChatLogprobs(content)
 
 
-def usage_of(results: list[dict[str, Any]], n: int) -> Usage:
-    """Exact usage: each prompt counted once (its first copy), every choice's completion tokens."""
-    firsts = [r["meta_info"] for r in results[::n]]
+def usage_of(metas: list[dict[str, Any]], n: int) -> Usage:
+    """Exact usage from each sequence's meta_info: each prompt counted once (its first copy), every choice's
+    completion tokens."""
+    firsts = metas[::n]
     prompt = sum(m["prompt_tokens"] for m in firsts)
-    completion = sum(r["meta_info"]["completion_tokens"] for r in results)
+    completion = sum(m["completion_tokens"] for m in metas)
     cached = sum(m["cached_tokens"] for m in firsts)
     return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))

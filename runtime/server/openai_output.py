@@ -1,8 +1,8 @@
 """Engine results → OpenAI responses and stream chunks (completions and chat, with logprobs and tool calls).
 
 Streams: every chunk has `choices`; the usage-only chunk (``choices: []``) comes last and only with
-``stream_options.include_usage``. Deltas are cut from the engine's cumulative text, so the concatenated stream
-equals the non-streamed text.
+``stream_options.include_usage``. Chunks are cut from the engine's deltas (`StepDelta`: the text, ids and logprobs
+new since the last one), so the concatenated stream equals the non-streamed text.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sprig.runtime.engine.request import StepDelta
+from sprig.runtime.server.http_common import TokenTexts
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
-    TokenTexts,
     chat_logprobs,
     completion_logprobs,
     finish_reason,
+    result_entries,
     usage_of,
 )
 from sprig.runtime.server.openai_protocol import (
@@ -60,9 +62,9 @@ def completion_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[s
         prefix = plan.prompt_texts[i // plan.n] if plan.echo else ""
         logprobs = None
         if plan.logprobs is not None:
-            logprobs, _ = completion_logprobs(r["meta_info"], texts, plan.echo, 0, 0)
+            logprobs, _ = completion_logprobs(result_entries(r["meta_info"], plan.echo), texts, 0)
         choices.append(CompletionChoice(i, prefix + r["text"], logprobs, finish_reason(r["meta_info"])))
-    return CompletionResponse(ids.id, ids.created, ids.model, choices, usage_of(results, plan.n))
+    return CompletionResponse(ids.id, ids.created, ids.model, choices, usage_of([r["meta_info"] for r in results], plan.n))
 
 
 def chat_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[str, Any]],
@@ -73,49 +75,45 @@ def chat_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[str, An
         calls: list[ToolCall] = []
         if plan.tools is not None and plan.tools.kind is not ToolChoiceKind.NONE:
             content, calls = calls_from_output(plan.tools, r["text"])
-        logprobs = chat_logprobs(r["meta_info"], texts, 0) if plan.logprobs is not None else None
+        logprobs = chat_logprobs(result_entries(r["meta_info"], False), texts) if plan.logprobs is not None else None
         message = ChatMessageOut(content, tool_calls=calls or None)
         reason = _reason_with_tools(finish_reason(r["meta_info"]), calls)
         choices.append(ChatChoice(i, message, logprobs, reason))
-    return ChatCompletionResponse(ids.id, ids.created, ids.model, choices, usage_of(results, plan.n))
+    return ChatCompletionResponse(ids.id, ids.created, ids.model, choices, usage_of([r["meta_info"] for r in results], plan.n))
 
 
 # --- streaming ----------------------------------------------------------------------------------------------
 
 
 class _Progress:
-    """How much of one choice has been sent."""
+    """What one choice has been sent: its logprob text offset, whether it started and finished."""
 
     def __init__(self) -> None:
-        self.text = 0
-        self.tokens = 0
         self.offset = 0
         self.started = False
         self.finished = False
 
 
 class CompletionStreamer:
-    """Turns cumulative engine events into /v1/completions chunks."""
+    """Turns the engine's deltas into /v1/completions chunks."""
 
     def __init__(self, ids: ResponseIds, plan: OpenAIPlan, texts: TokenTexts) -> None:
         self.ids, self.plan, self.texts = ids, plan, texts
-        self.progress = [_Progress() for _ in range(plan.call.num_sequences)]
+        self.progress = [_Progress() for _ in range(plan.call.request.num_sequences)]
 
-    def chunk(self, event: dict[str, Any]) -> CompletionChunk | None:
-        i = event.get("index", 0)
+    def chunk(self, delta: StepDelta) -> CompletionChunk | None:
+        i = delta.index
         p = self.progress[i]
-        meta = event["meta_info"]
-        text = event["text"][p.text:]
+        text = "".join(delta.text)
         first = not p.started
         if first and self.plan.echo:
             text = self.plan.prompt_texts[i // self.plan.n] + text
         logprobs = None
-        tokens = len(event["output_ids"])
-        if self.plan.logprobs is not None and (tokens > p.tokens or first):
-            logprobs, p.offset = completion_logprobs(meta, self.texts, first and self.plan.echo, p.tokens,
-                                                     p.offset)
-        reason = finish_reason(meta)
-        p.text, p.tokens, p.started = len(event["text"]), tokens, True
+        if self.plan.logprobs is not None and (delta.ids or first):
+            entries = [*delta.input_logprobs, *delta.output_logprobs] if self.plan.echo else delta.output_logprobs
+            logprobs, p.offset = completion_logprobs(entries, self.texts, p.offset)
+        reason = finish_reason(delta.meta)
+        p.started = True
         if not text and logprobs is None and reason is None:
             return None
         p.finished = reason is not None
@@ -129,16 +127,16 @@ class CompletionStreamer:
     def _wrap(self, choices: list[CompletionChoice]) -> CompletionChunk:
         return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
 
-    def usage(self, results: list[dict[str, Any]]) -> CompletionChunk:
-        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(results, self.plan.n))
+    def usage(self, metas: list[dict[str, Any]]) -> CompletionChunk:
+        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(metas, self.plan.n))
 
 
 class ChatStreamer:
-    """Turns cumulative engine events into /v1/chat/completions chunks, tool calls included."""
+    """Turns the engine's deltas into /v1/chat/completions chunks, tool calls included."""
 
     def __init__(self, ids: ResponseIds, plan: OpenAIPlan, texts: TokenTexts) -> None:
         self.ids, self.plan, self.texts = ids, plan, texts
-        count = plan.call.num_sequences
+        count = plan.call.request.num_sequences
         self.progress = [_Progress() for _ in range(count)]
         kind = plan.tools.kind if plan.tools is not None else ToolChoiceKind.NONE
         self.kind = kind
@@ -146,37 +144,36 @@ class ChatStreamer:
         self.tagged = [TaggedCallStream(names) for _ in range(count)] if kind is ToolChoiceKind.AUTO else []
         self.call_ids = [new_call_id() for _ in range(count)]
         self.calls: list[list[ToolCall]] = [[] for _ in range(count)]
+        self.text = [""] * count if kind is ToolChoiceKind.REQUIRED else []  # parsed whole, at the end
 
     def opening(self) -> ChatCompletionChunk:
         """The first chunk: the assistant role for every choice."""
         choices = [ChatChunkChoice(i, ChatDelta(role="assistant", content="")) for i in range(len(self.progress))]
         return self._wrap(choices)
 
-    def chunk(self, event: dict[str, Any]) -> ChatCompletionChunk | None:
-        i = event.get("index", 0)
+    def chunk(self, step: StepDelta) -> ChatCompletionChunk | None:
+        i = step.index
         p = self.progress[i]
-        meta = event["meta_info"]
-        text = event["text"][p.text:]
-        tokens = len(event["output_ids"])
-        logprobs = chat_logprobs(meta, self.texts, p.tokens) if self.plan.logprobs is not None and \
-            tokens > p.tokens else None
-        reason = finish_reason(meta)
-        p.text, p.tokens = len(event["text"]), tokens
-        delta = self._delta(i, text, event["text"] if reason is not None else None)
+        text = "".join(step.text)
+        logprobs = chat_logprobs(step.output_logprobs, self.texts) if self.plan.logprobs is not None and \
+            step.ids else None
+        reason = finish_reason(step.meta)
+        delta = self._delta(i, text, reason is not None)
         if delta is None and logprobs is None and reason is None:
             return None
         p.finished = reason is not None
         reason = _reason_with_tools(reason, self.calls[i])
         return self._wrap([ChatChunkChoice(i, delta or ChatDelta(), logprobs, reason)])
 
-    def _delta(self, i: int, text: str, final_text: str | None) -> ChatDelta | None:
+    def _delta(self, i: int, text: str, final: bool) -> ChatDelta | None:
         if self.kind is ToolChoiceKind.NAMED:
             return self._named_delta(i, text)
         if self.kind is ToolChoiceKind.REQUIRED:
-            return self._required_delta(i, final_text) if final_text is not None else None
+            self.text[i] += text
+            return self._required_delta(i, self.text[i]) if final else None
         if self.kind is ToolChoiceKind.AUTO:
             content, calls = self.tagged[i].feed(text)
-            if final_text is not None:
+            if final:
                 content += self.tagged[i].flush()
             return self._content_and_calls(i, content, calls)
         return ChatDelta(content=text) if text else None
@@ -211,6 +208,5 @@ class ChatStreamer:
     def _wrap(self, choices: list[ChatChunkChoice]) -> ChatCompletionChunk:
         return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
 
-    def usage(self, results: list[dict[str, Any]]) -> ChatCompletionChunk:
-        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, [],
-                                   usage_of(results, self.plan.n))
+    def usage(self, metas: list[dict[str, Any]]) -> ChatCompletionChunk:
+        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(metas, self.plan.n))

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 from starlette.responses import Response
 
+from sprig.runtime.engine.engine import Engine
+from sprig.runtime.engine.request import StepDelta
 from sprig.runtime.server.http_common import (
+    TokenTexts,
     body_spec,
     get_state,
     json_response,
@@ -19,7 +23,6 @@ from sprig.runtime.server.http_common import (
     state_texts,
     tenant_of,
 )
-from sprig.runtime.server.http_errors import APIError, ErrorType
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
     chat_plan,
@@ -40,85 +43,69 @@ from sprig.runtime.server.openai_protocol import (
     ModelCard,
     ModelList,
 )
-from sprig.runtime.server.run import (
-    DONE,
-    EventStream,
-    GenerationRun,
-    RunStopped,
-    StopCause,
-    engine_failure,
-    run_to_end,
-    sse,
-    stream_error,
-    timeout_error,
-)
+from sprig.runtime.server.run import EventStream, run_to_end, sse_body, start_run
 from sprig.runtime.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
 
-
-
-
 class Streamer(Protocol):
-    def chunk(self, event: dict[str, Any]) -> Any: ...
+    def chunk(self, delta: StepDelta) -> Any: ...
 
     def aborted(self) -> Any: ...
 
-    def usage(self, results: list[dict[str, Any]]) -> Any: ...
+    def usage(self, metas: list[dict[str, Any]]) -> Any: ...
 
 
-async def openai_sse(state: ServerState, run: GenerationRun, streamer: Streamer, plan: OpenAIPlan,
-                     opening: Any = None) -> AsyncGenerator[bytes, None]:
-    """The SSE body of a streaming OpenAI request: chunks, [usage], [DONE]; errors as an SSE error event."""
-    if opening is not None:
-        yield sse(opening)
-    try:
-        async for event in run.events():
-            failure = engine_failure([event])
-            if failure is not None:
-                yield stream_error(state, failure)
-                yield DONE
-                return
-            chunk = streamer.chunk(event)
-            if chunk is not None:
-                yield sse(chunk)
-    except RunStopped as stop:
-        if stop.cause is StopCause.DISCONNECTED:
-            return
-        if stop.cause is StopCause.TIMEOUT:
-            yield stream_error(state, timeout_error())
-            yield DONE
-            return
-        chunk = streamer.aborted()
-        if chunk is not None:
-            yield sse(chunk)
-    except Exception:  # noqa: BLE001 - a bug in conversion must end this stream cleanly, not the server
-        logger.exception("streaming failed")
-        yield stream_error(state, APIError(500, "internal error while streaming", ErrorType.SERVER, None,
-                                           "internal_error"))
-        yield DONE
-        return
-    if plan.include_usage:
-        yield sse(streamer.usage(run.results(aborted=True)))
-    yield DONE
+@dataclass(frozen=True)
+class OpenAIEndpoint:
+    """What differs between /v1/completions and /v1/chat/completions; `serve` is the one path both take."""
+
+    body: type[BaseModel]
+    endpoint: str  # the metrics and admission label
+    id_prefix: str
+    check: Callable[[Any, Engine, int], int]  # cheap checks before admission -> sequences
+    plan: Callable[[Any, Engine, str], OpenAIPlan]  # worker thread: template, tokenize
+    respond: Callable[[ResponseIds, OpenAIPlan, list[dict[str, Any]], TokenTexts], Any]
+    streamer: Callable[[ResponseIds, OpenAIPlan, TokenTexts], Streamer]
+    opens_with_role: bool = False  # chat streams open with the assistant role
+
+    async def serve(self, request: Request) -> Response:
+        state = get_state(request)
+        engine = state.ready_engine()
+        req = await read_model(request, self.body, state.settings.max_request_bytes)
+        state.check_model(req.model)  # type: ignore[attr-defined]
+        sequences = self.check(req, engine, state.settings.max_sequences_per_request)
+        ids = ResponseIds(f"{self.id_prefix}-{uuid.uuid4().hex}", state.model_name)
+
+        def plan() -> tuple[OpenAIPlan, Any]:
+            planned = self.plan(req, engine, ids.id)
+            return planned, planned.call
+
+        plan_, run = await start_run(state, tenant_of(request), sequences, self.endpoint, plan)
+        texts = state_texts(state)
+        if plan_.stream:
+            run.fold = False  # why: chunks are cut from the deltas, usage from the metas
+            streamer = self.streamer(ids, plan_, texts)
+            opening = streamer.opening() if self.opens_with_role else None  # type: ignore[attr-defined]
+
+            def aborted() -> list[Any]:
+                chunk = streamer.aborted()
+                return [chunk] if chunk is not None else []
+
+            def usage() -> list[Any]:
+                return [streamer.usage(run.metas())] if plan_.include_usage else []
+
+            return EventStream(run, lambda: sse_body(state, run, streamer.chunk, aborted, usage, opening))
+        run.watch_disconnect(request.receive)
+        results = await run_to_end(run)
+        return json_response(self.respond(ids, plan_, results, texts))
 
 
-
-
-async def _start(request: Request, state: ServerState, sequences: int, endpoint: str,
-                 build: Callable[[], OpenAIPlan], prefix: str) -> tuple[OpenAIPlan, GenerationRun, ResponseIds]:
-    """Admit (before any tokenizing), build the plan, submit."""
-    ticket = state.admit(tenant_of(request), sequences, endpoint)
-    try:
-        plan = await asyncio.to_thread(build)  # chat template + tokenizing: never on the event loop
-    except BaseException:
-        ticket.release(0)
-        raise
-    ids = ResponseIds(f"{prefix}-{uuid.uuid4().hex}", state.model_name)
-    plan.call.kwargs["rid"] = ids.id
-    run = await GenerationRun.start(state, ticket, plan.call)
-    return plan, run, ids
+COMPLETIONS = OpenAIEndpoint(CompletionRequest, "completions", "cmpl", check_completion, completion_plan,
+                             completion_response, CompletionStreamer)
+CHAT = OpenAIEndpoint(ChatCompletionRequest, "chat", "chatcmpl", check_chat, chat_plan, chat_response, ChatStreamer,
+                      opens_with_role=True)
 
 
 def openai_router() -> APIRouter:
@@ -128,40 +115,12 @@ def openai_router() -> APIRouter:
     @router.post("/v1/completions", openapi_extra=body_spec(CompletionRequest), response_model=None)
     async def completions(request: Request) -> Response:
         """OpenAI text completions (string, strings or token ids as prompt); SSE with `stream`."""
-        state = get_state(request)
-        engine = state.ready_engine()
-        limit = state.settings.max_sequences_per_request
-        req = await read_model(request, CompletionRequest, state.settings.max_request_bytes)
-        state.check_model(req.model)
-        sequences = check_completion(req, engine, limit)
-        plan, run, ids = await _start(request, state, sequences, "completions",
-                                      lambda: completion_plan(req, engine, limit), "cmpl")
-        texts = state_texts(state)
-        if plan.stream:
-            streamer = CompletionStreamer(ids, plan, texts)
-            return EventStream(run, lambda: openai_sse(state, run, streamer, plan))
-        run.watch_disconnect(request.receive)
-        results = await run_to_end(run)
-        return json_response(completion_response(ids, plan, results, texts))
+        return await COMPLETIONS.serve(request)
 
     @router.post("/v1/chat/completions", openapi_extra=body_spec(ChatCompletionRequest), response_model=None)
     async def chat_completions(request: Request) -> Response:
         """OpenAI chat completions through the chat template, with response_format and tools."""
-        state = get_state(request)
-        engine = state.ready_engine()
-        limit = state.settings.max_sequences_per_request
-        req = await read_model(request, ChatCompletionRequest, state.settings.max_request_bytes)
-        state.check_model(req.model)
-        sequences = check_chat(req, engine, limit)
-        plan, run, ids = await _start(request, state, sequences, "chat",
-                                      lambda: chat_plan(req, engine, limit), "chatcmpl")
-        texts = state_texts(state)
-        if plan.stream:
-            streamer = ChatStreamer(ids, plan, texts)
-            return EventStream(run, lambda: openai_sse(state, run, streamer, plan, streamer.opening()))
-        run.watch_disconnect(request.receive)
-        results = await run_to_end(run)
-        return json_response(chat_response(ids, plan, results, texts))
+        return await CHAT.serve(request)
 
     @router.get("/v1/models", response_model=None)
     async def list_models(request: Request) -> Response:
@@ -180,4 +139,4 @@ def openai_router() -> APIRouter:
 
 def _card(state: ServerState) -> ModelCard:
     engine = state.ready_engine()
-    return ModelCard(state.model_name, int(state.started), engine.core.model_path, engine.core.context_length)
+    return ModelCard(state.model_name, int(state.started), engine.model_path, engine.context_length)

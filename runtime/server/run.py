@@ -1,32 +1,49 @@
-"""One generation in flight: the engine's event stream raced against the client leaving, the deadline and shutdown.
+"""What every generating route shares: starting a run, following it, its deadline, its SSE body and errors.
 
-Every route submits through `GenerationRun.start` with ``stream=True`` (non-streaming routes keep the last
-event), so one mechanism gives TTFT/TPOT metrics, per-request deadlines and disconnect handling everywhere.
-Stopping a run closes the engine's stream, whose ``finally`` aborts the engine requests: their KV is freed at the
-next engine step. `EventStream` is the SSE response; it watches the connection while it streams.
+`start_run` admits a call, then in **one** worker-thread call plans it (chat template, tokenizing: the route's
+`plan`) and validates it (`Engine.prepare`), and submits it (`Engine.open_stream`). A `GenerationRun` races the
+engine's deltas (`StepDelta`) against the client leaving, the deadline and shutdown; routes cut their chunks from
+the deltas directly, and the run folds them (O(new) per delta) only for the final results. Stopping a run closes
+the engine's stream, which aborts the engine requests: their KV is freed at the next engine step. `EventStream` is
+the SSE response (it watches the connection while it streams) and `sse_body` its one error handling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sprig.runtime.server.http_errors import APIError, ErrorType, from_value_error
-from sprig.runtime.server.openai_convert import EngineCall
+from sprig.runtime.engine.engine import DeltaStream
+from sprig.runtime.engine.generate_request import GenerateRequest, PreparedCall
+from sprig.runtime.engine.request import StepDelta, StreamAccumulator
+from sprig.runtime.server.auth import Tenant
+from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request, from_value_error
 from sprig.runtime.server.state import ServerState, StopCause, Ticket
 
 logger = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class ServerCall:
+    """What a route asks of the engine (a typed `GenerateRequest`) and the client's own deadline."""
+
+    request: GenerateRequest
+    timeout: float | None = None
 
 
 class RunStopped(Exception):
@@ -42,32 +59,64 @@ def sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+def check_timeout(timeout: float | None) -> float | None:
+    """A client's `timeout` (seconds): positive and finite, or None."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise bad_request("timeout must be a positive finite number of seconds", "timeout", "out_of_range")
+    return timeout
+
+
 def timeout_error() -> APIError:
     return APIError(408, "the request ran past its deadline and was aborted", ErrorType.TIMEOUT, "timeout",
                     "request_timeout")
 
 
-def engine_failure(results: list[dict[str, Any]]) -> APIError | None:
+def engine_failure(meta: dict[str, Any]) -> APIError | None:
     """A 500 when the engine aborted a sequence with an error message (device fault, post-processing bug)."""
-    for r in results:
-        reason = r["meta_info"].get("finish_reason") or {}
-        if reason.get("type") == "abort" and reason.get("message"):
-            return APIError(500, str(reason["message"]), ErrorType.SERVER, None, "engine_error")
+    reason = meta.get("finish_reason") or {}
+    if reason.get("type") == "abort" and reason.get("message"):
+        return APIError(500, str(reason["message"]), ErrorType.SERVER, None, "engine_error")
     return None
+
+
+async def start_run(state: ServerState, tenant: Tenant, sequences: int, endpoint: str,
+                    plan: Callable[[], tuple[P, ServerCall]]) -> tuple[P, GenerationRun]:
+    """Admit (before any tokenizing), plan and validate in one worker-thread call, submit."""
+    ticket = state.admit(tenant, sequences, endpoint)
+    engine = state.ready_engine()
+
+    def plan_and_prepare() -> tuple[P, ServerCall, PreparedCall]:
+        planned, call = plan()
+        request = dataclasses.replace(call.request, namespace=tenant.namespace)  # why: a tenant's own prefixes
+        return planned, call, engine.prepare(request)
+
+    try:  # chat template + tokenizing + validation: never on the event loop, one hop
+        planned, call, prepared = await asyncio.to_thread(plan_and_prepare)
+    except ValueError as e:  # RequestError, SamplingParamsError: the request's fault
+        ticket.release(0)
+        raise from_value_error(e) from None
+    except BaseException:
+        ticket.release(0)
+        raise
+    return planned, await GenerationRun.start(state, ticket, prepared, call.timeout)
 
 
 class GenerationRun:
     """An admitted engine call and everything that can end it."""
 
-    def __init__(self, state: ServerState, ticket: Ticket, call: EngineCall, events: AsyncIterator[dict]) -> None:
+    def __init__(self, state: ServerState, ticket: Ticket, call: PreparedCall, deltas: DeltaStream,
+                 timeout: float | None) -> None:
         self.state = state
         self.ticket = ticket
-        self.call = call
-        self._events = events
+        self.num_sequences = len(call.requests)
+        self._deltas = deltas
+        lp = call.requests[0].logprobs
+        self.acc = StreamAccumulator(self.num_sequences, lp.return_logprob, lp.top_logprobs_num > 0)
+        self.fold = True  # False: chunks come from the deltas alone and nobody asks for `results()`
         self.arrival = time.monotonic()
-        self.deadline = self.arrival + call.timeout if call.timeout else None
+        self.deadline = self.arrival + timeout if timeout else None
         self.stopped: asyncio.Future[StopCause] = asyncio.get_running_loop().create_future()
-        self.latest: dict[int, dict[str, Any]] = {}
+        self.meta: dict[int, dict[str, Any]] = {}  # the latest meta_info of each sequence
         self.first_token: dict[int, float] = {}
         self.recorded: set[int] = set()
         self.exhausted = False
@@ -76,28 +125,27 @@ class GenerationRun:
         state.runs.add(self)
 
     @classmethod
-    async def start(cls, state: ServerState, ticket: Ticket, call: EngineCall) -> GenerationRun:
-        """Submit the call to the engine; validation errors become 400s and release the ticket."""
+    async def start(cls, state: ServerState, ticket: Ticket, call: PreparedCall,
+                    timeout: float | None) -> GenerationRun:
+        """Submit a prepared call to the engine; errors release the ticket."""
         engine = state.ready_engine()
-        timeout = min(filter(None, (call.timeout, state.settings.request_timeout)), default=None)
-        call.timeout = timeout
-        try:  # the deadline covers grammar compilation, which async_generate awaits before submitting
-            events = await asyncio.wait_for(
-                engine.async_generate(**call.kwargs, stream=True, namespace=ticket.tenant.namespace), timeout)
+        timeout = min(filter(None, (timeout, state.settings.request_timeout)), default=None)
+        try:  # the deadline covers grammar compilation, which open_stream awaits before submitting
+            deltas = await asyncio.wait_for(engine.open_stream(call), timeout)
         except asyncio.TimeoutError:
             ticket.release(0)
             state.metrics.timeouts.inc()
             raise timeout_error() from None
-        except ValueError as e:  # RequestError, SamplingParamsError, GrammarError: the request's fault
+        except ValueError as e:  # a grammar that does not compile, a full queue
             ticket.release(0)
-            raise from_value_error(e, call.rename) from None
+            raise from_value_error(e) from None
         except RuntimeError as e:  # the engine stopped between the health check and the submit
             ticket.release(0)
             raise APIError(503, str(e), ErrorType.UNAVAILABLE, None, "engine_stopped") from None
         except BaseException:
             ticket.release(0)
             raise
-        return cls(state, ticket, call, events)
+        return cls(state, ticket, call, deltas, timeout)
 
     # --- stopping ---------------------------------------------------------------------------------------------
     def stop(self, cause: StopCause) -> None:
@@ -127,24 +175,25 @@ class GenerationRun:
         return self.stopped.done() and self.stopped.result() is StopCause.DISCONNECTED
 
     # --- events -----------------------------------------------------------------------------------------------
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """The engine's cumulative events; raises `RunStopped` when the client left, the deadline passed or the
-        server is shutting down (the engine requests are aborted first)."""
+    async def events(self) -> AsyncGenerator[StepDelta, None]:
+        """The engine's deltas, one sequence's at a time; raises `RunStopped` when the client left, the deadline
+        passed or the server is shutting down (the engine requests are aborted first)."""
         while True:
-            nxt: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(anext(self._events))
+            nxt: asyncio.Future[list[StepDelta]] = asyncio.ensure_future(anext(self._deltas))
             remaining = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
             waiting: set[asyncio.Future[Any]] = {nxt, self.stopped}
             done, _ = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if nxt in done:
                 try:
-                    event = nxt.result()
+                    batch = nxt.result()
                 except StopAsyncIteration:
                     self.exhausted = True
                     return
-                self._observe(event)
-                yield event
+                for delta in batch:
+                    self._observe(delta)
+                    yield delta
                 continue
-            nxt.cancel()  # why: cancelling the pending read runs the engine stream's finally, which aborts
+            nxt.cancel()  # why: cancelling the pending read runs the engine stream's close, which aborts
             await asyncio.gather(nxt, return_exceptions=True)
             self.exhausted = True
             self.stop(StopCause.TIMEOUT)  # no-op when another cause came first
@@ -157,35 +206,54 @@ class GenerationRun:
         return self.results()
 
     def results(self, aborted: bool = False) -> list[dict[str, Any]]:
-        """The latest result of each sequence; with `aborted`, unfinished ones are marked finish_reason abort."""
+        """Each sequence's result dict so far (built once, at the end); with `aborted`, unfinished ones are marked
+        finish_reason abort."""
         out = []
-        for i in range(self.call.num_sequences):
-            r = self.latest.get(i) or {"text": "", "output_ids": [], "meta_info": _empty_meta()}
-            if aborted and r["meta_info"].get("finish_reason") is None:
-                r = {**r, "meta_info": {**r["meta_info"], "finish_reason": {"type": "abort", "matched": None}}}
+        for i in range(self.num_sequences):
+            r: dict[str, Any] = self.acc.result(i) if i in self.meta else {"text": "", "output_ids": [],
+                                                                             "meta_info": _empty_meta()}
+            meta: dict[str, Any] = r["meta_info"]
+            if aborted and meta.get("finish_reason") is None:
+                meta["finish_reason"] = {"type": "abort", "matched": None}
             out.append(r)
         return out
 
-    def _observe(self, event: dict[str, Any]) -> None:
-        index = event.get("index", 0)
-        self.latest[index] = event
+    def unfinished_deltas(self) -> list[StepDelta]:
+        """At shutdown: a last, empty delta (finish_reason abort) for each started sequence not finished yet."""
+        out = []
+        for i in sorted(self.meta):
+            if i not in self.recorded:
+                meta = {**self.meta[i], "finish_reason": {"type": "abort", "matched": None}}
+                out.append(StepDelta(i, [], [], [], [], meta, True))
+                self.acc.apply(out[-1])
+        return out
+
+    def metas(self) -> list[dict[str, Any]]:
+        """The latest meta_info of every sequence (usage counts), without building the results."""
+        return [self.meta.get(i) or _empty_meta() for i in range(self.num_sequences)]
+
+    def _observe(self, delta: StepDelta) -> None:
+        index = delta.index
+        if self.fold:
+            self.acc.apply(delta)
+        self.meta[index] = delta.meta
         now = time.monotonic()
-        if event["output_ids"] and index not in self.first_token:
+        if delta.ids and index not in self.first_token:
             self.first_token[index] = now
-        if event["meta_info"].get("finish_reason") is not None:
+        if delta.meta.get("finish_reason") is not None:
             self._record(index, now)
 
     def _record(self, index: int, now: float) -> None:
-        if index in self.recorded or index not in self.latest:
+        if index in self.recorded or index not in self.meta:
             return
         self.recorded.add(index)
         first = self.first_token.get(index)
-        self.state.metrics.sequence_finished(self.ticket.tenant.name, self.latest[index]["meta_info"],
+        self.state.metrics.sequence_finished(self.ticket.tenant.name, self.meta[index],
                                              None if first is None else first - self.arrival, now - self.arrival)
 
     @property
     def generated_tokens(self) -> int:
-        return sum(len(r["output_ids"]) for r in self.latest.values())
+        return sum(m["completion_tokens"] for m in self.meta.values())
 
     async def close(self) -> None:
         """Free everything: the watcher, the engine requests (if still running), the ticket. Idempotent."""
@@ -195,10 +263,9 @@ class GenerationRun:
         if self._watcher is not None:
             self._watcher.cancel()
         if not self.exhausted:
-            with contextlib.suppress(Exception):
-                await self._events.aclose()  # type: ignore[attr-defined]
+            self._deltas.close()
         now = time.monotonic()
-        for index in list(self.latest):
+        for index in list(self.meta):
             self._record(index, now)
         self.state.runs.discard(self)
         self.ticket.release(self.generated_tokens)
@@ -241,6 +308,47 @@ def stream_error(state: ServerState, error: APIError) -> bytes:
     return sse(error.body())
 
 
+async def sse_body(state: ServerState, run: GenerationRun, chunk: Callable[[StepDelta], Any],
+                   aborted: Callable[[], Iterable[Any]], tail: Callable[[], Iterable[Any]] = tuple,
+                   opening: Any = None) -> AsyncGenerator[bytes, None]:
+    """The SSE body of every streaming route: [opening], a chunk per delta (`chunk` may answer None), [DONE].
+
+    An engine failure, the deadline or a bug ends it with an SSE error event and [DONE]; at shutdown the
+    unfinished sequences get `aborted()`'s chunks; `tail()`'s chunks (usage) come last; nothing once the
+    client has left.
+    """
+    if opening is not None:
+        yield sse(opening)
+    try:
+        async for delta in run.events():
+            failure = engine_failure(delta.meta)
+            if failure is not None:
+                yield stream_error(state, failure)
+                yield DONE
+                return
+            out = chunk(delta)
+            if out is not None:
+                yield sse(out)
+    except RunStopped as stop:
+        if stop.cause is StopCause.DISCONNECTED:
+            return
+        if stop.cause is StopCause.TIMEOUT:
+            yield stream_error(state, timeout_error())
+            yield DONE
+            return
+        for out in aborted():
+            yield sse(out)
+    except Exception:  # noqa: BLE001 - a bug in conversion must end this stream cleanly, not the server
+        logger.exception("streaming failed")
+        yield stream_error(state, APIError(500, "internal error while streaming", ErrorType.SERVER, None,
+                                           "internal_error"))
+        yield DONE
+        return
+    for out in tail():
+        yield sse(out)
+    yield DONE
+
+
 async def run_to_end(run: GenerationRun) -> list[dict[str, Any]]:
     """Non-streaming: wait for the results while watching the client; 408 at the deadline, abort at shutdown.
 
@@ -257,7 +365,8 @@ async def run_to_end(run: GenerationRun) -> list[dict[str, Any]]:
         results = run.results(aborted=True)
     finally:
         await run.close()
-    failure = engine_failure(results)
-    if failure is not None:
-        raise failure
+    for r in results:
+        failure = engine_failure(r["meta_info"])
+        if failure is not None:
+            raise failure
     return results

@@ -118,7 +118,7 @@ class ServerState:
             return Health.LOADING
         if not self.engine.is_alive:
             return Health.DEAD
-        busy = self.inflight_sequences > 0 or self.engine.core.has_work()
+        busy = self.inflight_sequences > 0 or self.engine.has_work()
         if busy and time.monotonic() - self.engine.last_heartbeat > self.settings.watchdog_timeout:
             return Health.STALLED
         if self.draining:
@@ -139,7 +139,7 @@ class ServerState:
     def admit(self, tenant: Tenant, sequences: int, endpoint: str) -> Ticket:
         """Claim room for `sequences` before any work is done; 503 when the queue is full, 429 over a limit."""
         engine = self.ready_engine()
-        running = len(engine.core.scheduler.running)  # why: a racy read is enough to bound the queue
+        running, _ = engine.load()  # why: a racy read is enough to bound the queue
         queued = max(0, self.inflight_sequences - running)
         if queued + sequences > self.settings.max_queued_requests:
             raise APIError(503, "the server is overloaded: too many queued requests, retry later",
