@@ -92,7 +92,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
     if model.norm is not None:
         targets["model.norm.weight"] = Target(model.norm, "weight")
-    if model.lm_head is not None:
+    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied head is filled as the embedding
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
     q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
@@ -155,13 +155,14 @@ def _safetensors_files(folder: Path) -> list[Path]:
     return files
 
 
-def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
+def _quantize_linears(module: nn.Module, dtype: torch.dtype, keep: Linear | None = None) -> None:
+    """Every linear as an `Int8Linear` but `keep` (a tied LM head: the embedding, which stays in `dtype`)."""
     for name, child in module.named_children():
-        if isinstance(child, Linear):
+        if isinstance(child, Linear) and child is not keep:
             out_f, in_f = child.weight.shape
-            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype))
+            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype, child.out_dtype))
         else:
-            _quantize_linears(child, dtype)
+            _quantize_linears(child, dtype, keep)
 
 
 def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> None:
@@ -218,10 +219,11 @@ def _build_empty_model(
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, ops, tp, stage)
         if quantization == "int8":
-            _quantize_linears(model, dtype)
+            _quantize_linears(model, dtype, model.lm_head if cfg.tie_word_embeddings else None)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
     model = model.to_empty(device=device)
+    model.tie_lm_head()
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if _packs_linears(model, device) else ())
     for m in model.modules():
@@ -316,10 +318,14 @@ def load_model(
 
 
 def _pack_linear(linear: Linear) -> None:
-    """sprig's AMX or vector kernel where the shape allows, else oneDNN's layout where its build has kernels for
-    the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
-    if linear.pack_for_cpu() is LinearKernel.TORCH and can_pack_for_onednn(linear.weight.dtype, "cpu") and (
-            os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"):
+    """sprig's AMX or vector kernel where the shape allows; else, for the LM head (fp32 out of a bf16 / fp16
+    weight, which oneDNN cannot write), the weight held in fp32; else oneDNN's layout where its build has kernels
+    for the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
+    if linear.pack_for_cpu() is not LinearKernel.TORCH:
+        return
+    if linear.out_dtype != linear.weight.dtype:
+        linear.widen_weight()
+    elif can_pack_for_onednn(linear.weight.dtype, "cpu") and os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0":
         linear.pack_for_onednn()
 
 
@@ -351,8 +357,6 @@ def _in_c(module: nn.Module) -> bool:
 
 def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
-    if model.lm_head is None:
-        return "the LM head is the tied embedding, multiplied by F.linear"
     labels = {_linear_label(m) for m in model.modules() if isinstance(m, Linear | Int8Linear | Fp8Linear)
               and not _in_c(m)}
     return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
