@@ -54,8 +54,9 @@ def bq_supports(qtype: GGMLType, k: int, dtype: torch.dtype, weight: torch.Tenso
 
 
 def bq_linear(x: torch.Tensor, weight: torch.Tensor, qtype: GGMLType, bias: torch.Tensor | None,
-              isa: Int8Isa | None = None) -> torch.Tensor:
-    """x [..., K] (fp32 or bf16) times the GGML weight [N, row_bytes] (+ bias [N] in x's dtype) → [..., N]."""
+              isa: Int8Isa | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., K] (fp32 or bf16) times the GGML weight [N, row_bytes] (+ bias [N] in x's dtype) → [..., N] in
+    `out_dtype` (fp32 or bf16; default x's dtype: the LM head asks for fp32, written from the fp32 sums)."""
     lib = native_kernels()
     chosen = int8_isa() if isa is None else isa
     assert lib is not None and chosen is not None  # bq_supports checked that the library is there
@@ -65,11 +66,13 @@ def bq_linear(x: torch.Tensor, weight: torch.Tensor, qtype: GGMLType, bias: torc
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     lda = x2.stride(0) if x2.shape[0] > 1 else k
-    out = torch.empty(x2.shape[0], n, dtype=x.dtype)
+    out_dtype = out_dtype or x.dtype
+    out = torch.empty(x2.shape[0], n, dtype=out_dtype)
     if x2.shape[0]:
         status = lib.bq_linear(x2.data_ptr(), lda, weight.data_ptr(), weight.shape[1], int(qtype),
                                0 if bias is None else bias.data_ptr(), out.data_ptr(), x2.shape[0], n, k,
-                               DTYPE_CODES[x.dtype], int(chosen), torch.get_num_threads())
+                               DTYPE_CODES[x.dtype], DTYPE_CODES[out_dtype], int(chosen),
+                               torch.get_num_threads())
         if status != 0:
             raise RuntimeError(f"bq_linear refused a [{x2.shape[0]}, {k}] x {qtype.name} [{n}, {k}] product "
                                f"(status {status})")

@@ -2,7 +2,7 @@
 (`kernels/csrc/vec_gemm.c`: AVX512_BF16, AVX-512F, AVX2 + FMA, or portable C).
 
 Both read the weight re-laid out once at load (`vnni_pack`) and compute x @ w.T (+ bias) with fp32 accumulation
-and bf16 output, like `F.linear` in bf16. The vector kernel picks its code path by `vec_isa()`: the best this
+and bf16 output, like `F.linear` in bf16, or fp32 output (`out_dtype`, the LM head's logits: no rounding at all). The vector kernel picks its code path by `vec_isa()`: the best this
 machine and build offer, capped by `SPRIG_CPU_ISA` (`avx512_bf16`, `avx512`, `avx2` or `portable`) so that the
 fallbacks run and are tested on any x86 machine; `SPRIG_CPU_ISA=none` leaves the linears to oneDNN.
 """
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from sprig.kernels.cpu_native import amx_enabled, native_kernels
 
 PANEL = 16  # output columns per packed panel
+OUT_CODES = {torch.float32: 0, torch.bfloat16: 1}  # the kernels' `out_dtype` argument
 TILE_K = 32  # input features per AMX tile row
 AMX_PANEL_N = 32  # output columns per AMX work item
 
@@ -42,17 +43,17 @@ def vnni_pack(weight: torch.Tensor) -> torch.Tensor:
     return weight.view(-1, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
 
 
-def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, n: int,
+def _call(kernel, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, n: int, out_dtype: torch.dtype,
           *extra: int) -> torch.Tensor:
     k = packed.shape[1] * 2
     # At decode sizes this wrapper costs as much as a small layer's kernel: no view or copy unless needed.
     x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
     m = x2.shape[0]
-    out = torch.empty((m, n), dtype=torch.bfloat16)
+    out = torch.empty((m, n), dtype=out_dtype)
     if m == 0:
         return out.view(*x.shape[:-1], n)
     status = kernel(x2.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(), m, n,
-                    k, *extra, torch.get_num_threads())
+                    k, *extra, OUT_CODES[out_dtype], torch.get_num_threads())
     if status != 0:
         raise RuntimeError(f"{kernel.__name__} refused a [{m}, {k}] x [{n}, {k}] product (status {status})")
     return out if x2 is x else out.view(*x.shape[:-1], n)
@@ -66,11 +67,13 @@ def amx_supports(weight: torch.Tensor) -> bool:
             and k % TILE_K == 0 and amx_enabled())
 
 
-def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on AMX tiles."""
+def amx_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] in `out_dtype` (bf16 or
+    float32), on AMX tiles."""
     lib = native_kernels()
     assert lib is not None  # amx_supports checked that AMX (so the library) is there
-    return _call(lib.amx_linear_bf16, x, packed, bias, packed.shape[0] * PANEL)
+    return _call(lib.amx_linear_bf16, x, packed, bias, packed.shape[0] * PANEL, out_dtype)
 
 
 @functools.cache
@@ -107,32 +110,35 @@ def vec_supports(weight: torch.Tensor) -> bool:
 
 
 def vec_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-               isa: VecIsa | None = None, n: int | None = None) -> torch.Tensor:
-    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] bf16, on vector units
-    (`isa` defaults to `vec_isa()`; `n`, the weight's rows, to the packed rows, which is N unless N % 16)."""
+               isa: VecIsa | None = None, n: int | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """x [..., K] bf16 times the `vnni_pack`ed [N, K] weight (+ bias [N]) → [..., N] in `out_dtype` (bf16 or
+    float32), on vector units (`isa` defaults to `vec_isa()`; `n`, the weight's rows, to the packed rows, which is N
+    unless N % 16)."""
     lib = native_kernels()
     chosen = vec_isa() if isa is None else isa
     assert lib is not None and chosen is not None  # vec_supports checked that the library is there
-    return _call(lib.vec_linear_bf16, x, packed, bias, packed.shape[0] * PANEL if n is None else n, int(chosen))
+    return _call(lib.vec_linear_bf16, x, packed, bias, packed.shape[0] * PANEL if n is None else n, out_dtype,
+                 int(chosen))
 
 
-def vec_linear_fn(packed: torch.Tensor, bias: torch.Tensor | None, isa: VecIsa,
-                  n: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`vec_linear` with the weight (of `n` rows), bias and path bound once: at decode sizes the per-call Python
-    work is a sizeable part of a small layer's time. The tensors may move storage later (`t.data = ...`), not be
-    replaced."""
+def vec_linear_fn(packed: torch.Tensor, bias: torch.Tensor | None, isa: VecIsa, n: int,
+                  out_dtype: torch.dtype = torch.bfloat16) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`vec_linear` with the weight (of `n` rows), bias, path and output dtype bound once: at decode sizes the
+    per-call Python work is a sizeable part of a small layer's time. The tensors may move storage later
+    (`t.data = ...`), not be replaced."""
     lib = native_kernels()
     assert lib is not None  # vec_supports checked that the library is there
-    code = int(isa)
+    code, out_code = int(isa), OUT_CODES[out_dtype]
     k = packed.shape[1] * 2
 
     def linear(x: torch.Tensor) -> torch.Tensor:
         # The kernel is looked up on every call (not bound): a CPU graph capture swaps the library's functions.
         if x.dim() != 2 or not x.is_contiguous():
-            return _call(lib.vec_linear_bf16, x, packed, bias, n, code)
-        out = torch.empty((x.shape[0], n), dtype=torch.bfloat16)
+            return _call(lib.vec_linear_bf16, x, packed, bias, n, out_dtype, code)
+        out = torch.empty((x.shape[0], n), dtype=out_dtype)
         if x.shape[0] and lib.vec_linear_bf16(x.data_ptr(), packed.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                                              out.data_ptr(), x.shape[0], n, k, code, torch.get_num_threads()) != 0:
+                                              out.data_ptr(), x.shape[0], n, k, code, out_code,
+                                              torch.get_num_threads()) != 0:
             raise RuntimeError(f"vec_linear_bf16 refused a [{x.shape[0]}, {k}] x [{n}, {k}] product")
         return out
 

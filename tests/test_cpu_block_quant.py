@@ -42,18 +42,19 @@ def _bound(x: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, bf16_out: bool, 
 
 
 def _check(qtype: GGMLType, m: int, n: int, k: int, isa: Int8Isa, dtype: torch.dtype = torch.bfloat16,
-           bias: bool = False, seed: int = 0) -> None:
+           bias: bool = False, seed: int = 0, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     raw = random_rows(qtype, n, k, seed)
     w = dequantize(raw, qtype, k)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(m, k, generator=g).to(dtype)
     b = torch.randn(n, generator=g).to(dtype) if bias else None
-    out = bq_linear(x, raw, qtype, b, isa)
+    out = bq_linear(x, raw, qtype, b, isa, out_dtype)
     ref = x.float() @ w.T + (0 if b is None else b.float())
-    assert out.dtype == dtype and out.shape == (m, n)
+    assert out.dtype == (out_dtype or dtype) and out.shape == (m, n)
     widened = dtype == torch.bfloat16 and m >= 8 and isa is Int8Isa.AVX512_VNNI  # the bf16-widened prefill path
-    excess = (out.float() - ref).abs() - _bound(x, w, ref, dtype == torch.bfloat16, widened)
+    excess = (out.float() - ref).abs() - _bound(x, w, ref, out.dtype == torch.bfloat16, widened)
     assert excess.max() <= 0, f"{qtype.name} {m}x{n}x{k} {isa.name}: over the bound by {excess.max():.3g}"
+    return out
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -136,8 +137,19 @@ def test_the_portable_build_computes_within_the_bound():
     w = dequantize(raw, GGMLType.Q4_K, 256)
     x = torch.randn(3, 256)
     out = torch.empty(3, 16)
-    args = (x.data_ptr(), 256, raw.data_ptr(), raw.shape[1], int(GGMLType.Q4_K), None, out.data_ptr(), 3, 16, 256, 0)
+    args = (x.data_ptr(), 256, raw.data_ptr(), raw.shape[1], int(GGMLType.Q4_K), None, out.data_ptr(), 3, 16, 256, 0,
+            0)
     assert lib.bq_linear(*args, 0, 1) == 0
     ref = x @ w.T
     assert ((out - ref).abs() <= _bound(x, w, ref, False)).all()
     assert lib.bq_linear(*args, int(Int8Isa.AVX2), 1) != 0  # a path the build lacks is refused, not run
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("m", [1, 5, 16])  # AVX512_VNNI: direct, direct, bf16-widened; the other paths: tiled
+def test_fp32_output_of_bf16_activations_is_the_unrounded_sum(isa, m):
+    """The LM head's fp32 logits: the same sums the bf16 output rounds, within the fp32 bound."""
+    out32 = _check(GGMLType.Q4_1, m, 70, 128, isa, torch.bfloat16, bias=True, out_dtype=torch.float32)
+    out16 = _check(GGMLType.Q4_1, m, 70, 128, isa, torch.bfloat16, bias=True)
+    assert torch.equal(out32.to(torch.bfloat16), out16)
+    assert not torch.equal(out32, out16.float())  # the fp32 logits keep bits the bf16 ones round away

@@ -9,6 +9,7 @@ import torch
 from kernel_paths import needs_kernels, path_params
 
 from sprig.kernels.cpu_gemm import (
+    OUT_CODES,
     VecIsa,
     amx_linear,
     amx_supports,
@@ -176,8 +177,13 @@ def test_the_portable_build_computes_the_same_product():
     x, w, b, ref = _case(5, 96, 80, True)
     out = torch.empty(5, 80, dtype=torch.bfloat16)
     packed = vnni_pack(w)
+    bf16, fp32 = OUT_CODES[torch.bfloat16], OUT_CODES[torch.float32]
     assert lib.vec_linear_bf16(x.data_ptr(), packed.data_ptr(), b.data_ptr(), out.data_ptr(), 5, 80, 96,
-                               lib.vec_gemm_best_isa(), 2) == 0
+                               lib.vec_gemm_best_isa(), bf16, 2) == 0
     assert _close(out, ref)
+    wide = torch.empty(5, 80)
+    assert lib.vec_linear_bf16(x.data_ptr(), packed.data_ptr(), b.data_ptr(), wide.data_ptr(), 5, 80, 96,
+                               lib.vec_gemm_best_isa(), fp32, 2) == 0
+    assert torch.allclose(wide, ref, rtol=1e-5, atol=1e-5)
     assert lib.vec_linear_bf16(x.data_ptr(), packed.data_ptr(), 0, out.data_ptr(), 5, 80, 96, VecIsa.AVX512_BF16,
-                               2) != 0  # a path the build lacks is refused, not run
+                               bf16, 2) != 0  # a path the build lacks is refused, not run

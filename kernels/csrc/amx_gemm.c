@@ -1,4 +1,5 @@
-/* bf16 linear layers on Intel AMX tiles: out[M, N] = a[M, K] . w[N, K]^T (+ bias), fp32 accumulation.
+/* bf16 linear layers on Intel AMX tiles: out[M, N] = a[M, K] . w[N, K]^T (+ bias), fp32 accumulation; the output
+ * rounded to bf16 (`out_dtype` 1) or stored as fp32 (0: the LM head's logits).
  *
  * oneDNN's AMX matmul reaches ~0.35-0.7 TFLOPS on this model's shapes with two threads (and halves at
  * M = 448..1024 when N is small); a plain 2x2-tile kernel over a weight packed once at load time does better
@@ -53,6 +54,16 @@ static inline void store_row(uint16_t *dst, const float *src, const uint16_t *bi
     _mm512_storeu_si512((void *)dst, (__m512i)packed);
 }
 
+/* The same 32 values (+ bias) stored as fp32, unrounded. */
+static inline void store_row_f32(float *dst, const float *src, const uint16_t *bias) {
+    for (int i = 0; i < 32; i++) {
+        uint32_t bits = bias ? (uint32_t)bias[i] << 16 : 0;
+        float b;
+        memcpy(&b, &bits, sizeof b);
+        dst[i] = src[i] + b;
+    }
+}
+
 /* 32 rows x 32 columns of the output: rows `src` (stride k), weight columns from blocks b0, b1. */
 static inline void block_32x32(const uint16_t *src, int64_t k, const uint16_t *b0, const uint16_t *b1,
                                float *acc) {
@@ -78,10 +89,10 @@ static inline void block_32x32(const uint16_t *src, int64_t k, const uint16_t *b
 }
 #endif
 
-int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, uint16_t *out, int64_t m,
-                    int64_t n, int64_t k, int nthreads) {
+int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                    int64_t n, int64_t k, int out_dtype, int nthreads) {
 #ifdef SPRIG_AMX
-    if (m <= 0 || n % 32 != 0 || k % 32 != 0 || amx_gemm_available() != 0)
+    if (m <= 0 || n % 32 != 0 || k % 32 != 0 || (out_dtype != 0 && out_dtype != 1) || amx_gemm_available() != 0)
         return 1;
     const int64_t full_rows = m / 32 * 32;
     const int64_t tail = m - full_rows;
@@ -110,8 +121,13 @@ int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
                 const int rows = last - r < 32 ? (int)(last - r) : 32;
                 block_32x32(r < full_rows ? a + r * k : padded, k, b0, b1, acc);
                 const uint16_t *bb = bias ? bias + panel * 32 : NULL;
-                for (int i = 0; i < rows; i++)
-                    store_row(out + (r + i) * n + panel * 32, acc + i * 32, bb);
+                for (int i = 0; i < rows; i++) {
+                    const int64_t at = (r + i) * n + panel * 32;
+                    if (out_dtype == 0)
+                        store_row_f32((float *)out + at, acc + i * 32, bb);
+                    else
+                        store_row((uint16_t *)out + at, acc + i * 32, bb);
+                }
             }
         }
         _tile_release();
@@ -119,7 +135,7 @@ int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
     free(padded);
     return 0;
 #else
-    (void)a, (void)w_packed, (void)bias, (void)out, (void)m, (void)n, (void)k, (void)nthreads;
+    (void)a, (void)w_packed, (void)bias, (void)out, (void)m, (void)n, (void)k, (void)out_dtype, (void)nthreads;
     return 1;
 #endif
 }

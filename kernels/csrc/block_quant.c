@@ -568,7 +568,7 @@ static void direct_row(int qtype, const uint8_t *row, int64_t blocks, int bytes,
 typedef struct {
     DotFn dot;
     Format f;
-    int qtype, dtype;
+    int qtype, dtype, out_dtype;
     const uint8_t *w;
     int64_t row_bytes;
     const uint8_t *acts;  /* m activation rows, act_bytes(kp) apart */
@@ -586,7 +586,7 @@ static Act act_at(const Job *job, int64_t r) {
 
 static void store(const Job *job, int64_t r, int64_t col, float y) {
     if (job->bias) y = y + load_x(job->bias, job->dtype, col);
-    if (job->dtype) ((uint16_t *)job->out)[r * job->n + col] = float_to_bf16(y);
+    if (job->out_dtype) ((uint16_t *)job->out)[r * job->n + col] = float_to_bf16(y);
     else ((float *)job->out)[r * job->n + col] = y;
 }
 
@@ -621,7 +621,8 @@ static void widen_rows(const Job *job, int64_t n0, int rows, uint8_t *codes, flo
 
 static int run_wide(const Job *job, const uint16_t *a, int nthreads) {
     const int64_t k = job->k, m = job->m, n = job->n, tiles = (n + WIDE_N - 1) / WIDE_N;
-    const size_t panel_bytes = (size_t)(WIDE_N * k * 2), out_bytes = (size_t)(m * WIDE_N * 2);
+    const size_t out_elem = job->out_dtype ? 2 : 4;
+    const size_t panel_bytes = (size_t)(WIDE_N * k * 2), out_bytes = (size_t)m * WIDE_N * out_elem;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) if (tiles >= 2 * nthreads && nthreads > 1) reduction(| : failed)
     {
@@ -633,14 +634,14 @@ static int run_wide(const Job *job, const uint16_t *a, int nthreads) {
             const int64_t n0 = t * WIDE_N;
             const int rows = n - n0 < WIDE_N ? (int)(n - n0) : WIDE_N;
             uint32_t *panels = (uint32_t *)scratch;
-            uint16_t *tile_out = (uint16_t *)(scratch + panel_bytes);
+            uint8_t *tile_out = scratch + panel_bytes;
             uint8_t *codes = scratch + panel_bytes + out_bytes;
             float s16[MAX_K / 16], o16[MAX_K / 16];
             widen_rows(job, n0, rows, codes, s16, o16, panels);
             const uint16_t *bias = job->bias ? (const uint16_t *)job->bias + n0 : NULL;
-            failed |= vec_linear_bf16(a, (const uint16_t *)panels, bias, tile_out, m, rows, k, 3, 1);
+            failed |= vec_linear_bf16(a, (const uint16_t *)panels, bias, tile_out, m, rows, k, 3, job->out_dtype, 1);
             for (int64_t r = 0; r < m; r++)
-                memcpy((uint16_t *)job->out + r * n + n0, tile_out + r * rows, (size_t)rows * 2);
+                memcpy((char *)job->out + (r * n + n0) * out_elem, tile_out + r * rows * out_elem, rows * out_elem);
         }
         free(scratch);
     }
@@ -686,24 +687,25 @@ static void run_direct(const Job *job, int64_t t) {
 }
 #endif
 
-/* out [m, n] (dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart, same dtype) times the GGML `qtype`
- * weight w [n, row_bytes] (+ bias [n] of the same dtype, or NULL). */
+/* out [m, n] (out_dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart; dtype 0 fp32, 1 bf16) times the
+ * GGML `qtype` weight w [n, row_bytes] (+ bias [n] in a's dtype, or NULL). */
 int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, int qtype, const void *bias, void *out,
-              int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads) {
+              int64_t m, int64_t n, int64_t k, int dtype, int out_dtype, int isa, int nthreads) {
     Format f;
     if (format_of(qtype, &f) || m <= 0 || n <= 0 || k <= 0 || k > MAX_K || k % f.block || lda < k
-        || row_bytes != k / f.block * f.bytes || (dtype != 0 && dtype != 1) || isa < 0 || isa > bq_best_isa())
+        || row_bytes != k / f.block * f.bytes || (dtype != 0 && dtype != 1)
+        || (out_dtype != 0 && out_dtype != 1) || isa < 0 || isa > bq_best_isa())
         return 1;
     const int64_t kp = (k + CHUNK - 1) / CHUNK * CHUNK, tiles = (n + TILE_N - 1) / TILE_N;
 #if defined(WIDE)
     if (dtype == 1 && isa >= ISA_AVX512_VNNI && m >= WIDE_MIN_M && lda == k && vec_gemm_best_isa() >= 3) {
-        const Job job = {NULL, f, qtype, dtype, w, row_bytes, NULL, bias, out, m, n, k, kp};
+        const Job job = {NULL, f, qtype, dtype, out_dtype, w, row_bytes, NULL, bias, out, m, n, k, kp};
         return run_wide(&job, a, nthreads) ? 2 : 0;
     }
 #endif
     uint8_t *acts = aligned_alloc(64, ((size_t)m * act_bytes(kp) + 63) / 64 * 64);
     if (!acts) return 2;
-    Job job = {dot_for(isa), f, qtype, dtype, w, row_bytes, acts, bias, out, m, n, k, kp};
+    Job job = {dot_for(isa), f, qtype, dtype, out_dtype, w, row_bytes, acts, bias, out, m, n, k, kp};
     const size_t elem = dtype ? 2 : 4;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (m >= 32)
     for (int64_t r = 0; r < m; r++) quantize_act((const char *)a + r * lda * elem, dtype, k, kp, act_at(&job, r));

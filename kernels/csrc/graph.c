@@ -69,16 +69,17 @@ static int call_attention(const GraphCall *c) {
                                   N(12), N(13), P(14), P(15), P(16), I(17), N(18), P(19), P(20));
 }
 static int call_amx_linear(const GraphCall *c) {
-    return amx_linear_bf16(P(0), P(1), P(2), P(3), I(4), I(5), I(6), N(7));
+    return amx_linear_bf16(P(0), P(1), P(2), P(3), I(4), I(5), I(6), N(7), N(8));
 }
 static int call_vec_linear(const GraphCall *c) {
-    return vec_linear_bf16(P(0), P(1), P(2), P(3), I(4), I(5), I(6), N(7), N(8));
+    return vec_linear_bf16(P(0), P(1), P(2), P(3), I(4), I(5), I(6), N(7), N(8), N(9));
 }
 static int call_int8_linear(const GraphCall *c) {
-    return int8_linear(P(0), I(1), P(2), P(3), P(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12));
+    return int8_linear(P(0), I(1), P(2), P(3), P(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12),
+                       N(13));
 }
 static int call_bq_linear(const GraphCall *c) {
-    return bq_linear(P(0), I(1), P(2), I(3), N(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12));
+    return bq_linear(P(0), I(1), P(2), I(3), N(4), P(5), P(6), I(7), I(8), I(9), N(10), N(11), N(12), N(13));
 }
 static int call_bq_embedding(const GraphCall *c) {
     return bq_embedding(P(0), P(1), I(2), N(3), P(4), I(5), I(6), I(7), N(8), N(9));

@@ -371,14 +371,14 @@ typedef struct {
     const float *wscale, *bias;
     void *out;
     int64_t m, n, kp, panels;
-    int dtype;
+    int out_dtype;
 } Job;
 
 /* Work item `g`: every row against panels [4g, 4g + 4), ROWS rows per pass over them. */
 static void run_group(const Job *job, int64_t g) {
     int32_t sums[ROWS * GROUP * PANEL] __attribute__((aligned(64)));
     const int64_t p0 = g * GROUP, m = job->m, n = job->n, kp = job->kp;
-    const size_t elem = job->dtype ? 2 : 4;
+    const size_t elem = job->out_dtype ? 2 : 4;
     const int np = job->panels - p0 < GROUP ? (int)(job->panels - p0) : GROUP;
     const int8_t *w = job->w + p0 * kp * PANEL;
     for (int64_t r = 0; r < m; r += ROWS) {
@@ -390,16 +390,18 @@ static void run_group(const Job *job, int64_t g) {
                 const Columns c = {job->corr + col, job->wscale + col, job->bias ? job->bias + col : NULL};
                 const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
                 job->path.store(sums + (i * GROUP + p) * PANEL, c, job->xscale[r + i],
-                                (char *)job->out + ((r + i) * n + col) * elem, job->dtype, cols);
+                                (char *)job->out + ((r + i) * n + col) * elem, job->out_dtype, cols);
             }
     }
 }
 
-/* out [m, n] (dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart, same dtype) times the packed weight. */
+/* out [m, n] (out_dtype 0 fp32, 1 bf16) = a [m, k] (rows `lda` elements apart; dtype 0 fp32, 1 bf16) times the
+ * packed weight. */
 int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_t *corr, const float *wscale,
-                const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads) {
-    if (m <= 0 || n <= 0 || k <= 0 || k > MAX_K || lda < k || (dtype != 0 && dtype != 1) || isa < 0
-        || isa > int8_gemm_best_isa())
+                const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int out_dtype, int isa,
+                int nthreads) {
+    if (m <= 0 || n <= 0 || k <= 0 || k > MAX_K || lda < k || (dtype != 0 && dtype != 1)
+        || (out_dtype != 0 && out_dtype != 1) || isa < 0 || isa > int8_gemm_best_isa())
         return 1;
     const int64_t kp = (k + 3) & ~(int64_t)3, panels = (n + PANEL - 1) / PANEL, groups = (panels + GROUP - 1) / GROUP;
     const size_t elem = dtype ? 2 : 4, bytes = (size_t)(m * kp) + (size_t)m * sizeof(float);
@@ -415,7 +417,7 @@ int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_
 #pragma omp parallel for num_threads(nthreads) schedule(static)
         for (int64_t r = 0; r < m; r++) quantize_rows(path, a, lda * elem, dtype, k, kp, r, r + 1, codes, xscale);
     }
-    const Job job = {path, codes, xscale, w_packed, corr, wscale, bias, out, m, n, kp, panels, dtype};
+    const Job job = {path, codes, xscale, w_packed, corr, wscale, bias, out, m, n, kp, panels, out_dtype};
     /* Few groups (a small layer) are not worth waking a second thread for. */
     if (groups < 2 * nthreads) {
         for (int64_t g = 0; g < groups; g++) run_group(&job, g);

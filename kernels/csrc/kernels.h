@@ -19,14 +19,17 @@ int paged_decode_attention(const void *q, const void *k_cache, const void *v_cac
                            int64_t Hkv, int64_t D, int64_t page_size, float scale, int dtype, int num_threads,
                            const int64_t *rows, const int64_t *offsets, const int64_t *shared_pages,
                            int64_t n_groups, int kv_dtype, const void *k_scale, const void *v_scale);
-int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, uint16_t *out, int64_t m,
-                    int64_t n, int64_t k, int nthreads);
-int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, uint16_t *out, int64_t m,
-                    int64_t n, int64_t k, int isa, int nthreads);
+// bf16 linears; out_dtype 0 writes fp32 outputs (the LM head), 1 bf16.
+int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                    int64_t n, int64_t k, int out_dtype, int nthreads);
+int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                    int64_t n, int64_t k, int isa, int out_dtype, int nthreads);
 int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_t *corr, const float *wscale,
-                const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads);
+                const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int out_dtype, int isa,
+                int nthreads);
+// out_dtype as in the bf16 linears above: the LM head's fp32 logits, however the weight is stored.
 int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, int qtype, const void *bias, void *out,
-              int64_t m, int64_t n, int64_t k, int dtype, int isa, int nthreads);
+              int64_t m, int64_t n, int64_t k, int dtype, int out_dtype, int isa, int nthreads);
 int bq_embedding(void *out, const uint8_t *w, int64_t row_bytes, int qtype, const int64_t *ids, int64_t count,
                  int64_t k, int64_t num_rows, int dtype, int nthreads);
 

@@ -12,7 +12,9 @@
  *
  * `isa` picks the code path (the caller passes `vec_gemm_best_isa()` or less, to test the fallbacks here):
  * 3 AVX512_BF16, 2 AVX-512F, 1 AVX2 + FMA, 0 portable C (any CPU, NEON/SVE through the compiler).
- * Accumulation is fp32; outputs are rounded to bf16 (nearest even). Returns 0 when done, else nonzero.
+ * Accumulation is fp32; `out_dtype` 1 rounds the outputs to bf16 (nearest even), 0 stores them as fp32 (the LM
+ * head: a bf16 logit's spacing near 32 is 0.25, coarser than the margin between a real model's top two tokens).
+ * Returns 0 when done, else nonzero.
  */
 #include <stdint.h>
 #include <string.h>
@@ -39,7 +41,7 @@ int vec_gemm_best_isa(void) {
 
 /* Round a panel's first `cols` fp32 sums (+ bias) to bf16 (nearest even, NaN as torch writes it) and store them:
  * all 16 but in the last panel of an output size that is not a multiple of 16. */
-static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t *bias, int cols) {
+static inline void store_panel_bf16(uint16_t *dst, const float *sums, const uint16_t *bias, int cols) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
     if (cols == PANEL) {
         __m512 f = _mm512_loadu_ps(sums);
@@ -52,6 +54,11 @@ static inline void store_panel(uint16_t *dst, const float *sums, const uint16_t 
 #endif
     for (int i = 0; i < cols; i++)
         dst[i] = float_to_bf16(sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f));
+}
+
+/* The same panel stored as fp32, unrounded. */
+static inline void store_panel_f32(float *dst, const float *sums, const uint16_t *bias, int cols) {
+    for (int i = 0; i < cols; i++) dst[i] = sums[i] + (bias ? bf16_to_float(bias[i]) : 0.0f);
 }
 
 /* ---- portable C: the reference the vector paths are tested against, and the path on other CPUs ---- */
@@ -188,9 +195,9 @@ static void group_pass(int isa, const uint16_t *a, int64_t k, int rows, const ui
     group_portable(a, k, rows, w, np, sums);
 }
 
-int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, uint16_t *out, int64_t m,
-                    int64_t n, int64_t k, int isa, int nthreads) {
-    if (m <= 0 || n <= 0 || k % 2 != 0 || isa < 0 || isa > vec_gemm_best_isa())
+int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                    int64_t n, int64_t k, int isa, int out_dtype, int nthreads) {
+    if (m <= 0 || n <= 0 || k % 2 != 0 || isa < 0 || isa > vec_gemm_best_isa() || (out_dtype != 0 && out_dtype != 1))
         return 1;
     const int64_t panels = (n + PANEL - 1) / PANEL, groups = (panels + GROUP - 1) / GROUP;
     /* Few groups (a small layer) are not worth waking a second thread for. */
@@ -206,9 +213,14 @@ int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
             group_pass(isa, a + r * k, k, rows, w, np, sums);
             for (int i = 0; i < rows; i++)
                 for (int p = 0; p < np; p++) {
-                    const int64_t col = (p0 + p) * PANEL;
-                    store_panel(out + (r + i) * n + col, sums + (i * GROUP + p) * PANEL, bias ? bias + col : NULL,
-                                n - col < PANEL ? (int)(n - col) : PANEL);
+                    const int64_t col = (p0 + p) * PANEL, at = (r + i) * n + col;
+                    const float *s = sums + (i * GROUP + p) * PANEL;
+                    const uint16_t *b = bias ? bias + col : NULL;
+                    const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
+                    if (out_dtype == 0)
+                        store_panel_f32((float *)out + at, s, b, cols);
+                    else
+                        store_panel_bf16((uint16_t *)out + at, s, b, cols);
                 }
         }
     }

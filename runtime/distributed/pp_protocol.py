@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from sprig.runtime.distributed.tp_protocol import Command
+from sprig.runtime.model.decoder import LOGITS_DTYPE
 
 HEADER = 3  # command, payload length, tokens
 
@@ -47,7 +48,7 @@ class PipeLink:
     last_root: int
     device: torch.device  # where messages live: the GPU for NCCL, the CPU for gloo
     hidden_size: int
-    dtype: torch.dtype  # of the hidden states and logits (the model's)
+    dtype: torch.dtype  # of the hidden states (the model's); logits travel in LOGITS_DTYPE
     stats: LinkStats = field(default_factory=LinkStats)
     _pending: list[tuple[Any, list[torch.Tensor]]] = field(default_factory=list)  # sends in flight, with buffers
     _receives: list[Any] = field(default_factory=list)  # rank 0: logits receives posted and not waited for yet
@@ -102,7 +103,7 @@ class PipeLink:
     def post_logits(self, rows: int, vocab: int) -> tuple[torch.Tensor, Any]:
         """Rank 0: post the receive of a step's logits (before sending the step, so the answer always has a
         receiver); returns the buffer and the pending receive to `wait_logits` on."""
-        buf = torch.empty(rows, vocab, dtype=self.dtype, device=self.device)
+        buf = torch.empty(rows, vocab, dtype=LOGITS_DTYPE, device=self.device)
         work = dist.irecv(buf, self.last_root)
         self._receives.append(work)
         return buf, work

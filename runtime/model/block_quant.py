@@ -92,25 +92,27 @@ class RawRows(nn.Module):
 
 
 class BlockQuantLinear(RawRows):
-    """Drop-in for the decoder's `Linear` holding the weight [out, in] as raw GGML `qtype` rows."""
+    """Drop-in for the decoder's `Linear` holding the weight [out, in] as raw GGML `qtype` rows; the output in
+    `out_dtype` (default `dtype`; the LM head's fp32, which the C kernel writes from its fp32 sums)."""
 
     TILE_ROWS = 256  # output rows dequantized at a time on the torch path
     input_order: torch.Tensor | None  # a buffer, see __init__
 
     def __init__(self, in_features: int, out_features: int, qtype: GGMLType, bias: bool,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, out_dtype: torch.dtype | None = None) -> None:
         super().__init__(out_features, in_features, qtype)
-        self.out_features, self.dtype = out_features, dtype
+        self.out_features, self.dtype, self.out_dtype = out_features, dtype, out_dtype or dtype
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.isa: Int8Isa | None = None  # the C kernel's code path, once `pack_for_cpu` chose it
         # GPTQ act-order (desc_act): the input columns in the weight's order, gathered from x once per call
         self.register_buffer("input_order", None, persistent=False)
 
     @classmethod
-    def sharing(cls, weight: nn.Parameter, in_features: int, qtype: GGMLType, dtype: torch.dtype) -> BlockQuantLinear:
+    def sharing(cls, weight: nn.Parameter, in_features: int, qtype: GGMLType, dtype: torch.dtype,
+                out_dtype: torch.dtype | None = None) -> BlockQuantLinear:
         """A linear layer over an existing raw weight (the same Parameter: one copy in memory)."""
         with torch.device("meta"):
-            linear = cls(in_features, weight.shape[0], qtype, False, dtype)
+            linear = cls(in_features, weight.shape[0], qtype, False, dtype, out_dtype)
         linear.weight = weight
         return linear
 
@@ -130,20 +132,20 @@ class BlockQuantLinear(RawRows):
         kernels = _triton_kernels()
         assert kernels is not None  # _triton_runs checked it
         y = kernels.block_quant_matmul(x, self.weight, self.qtype)
-        return y if self.bias is None else y + self.bias
+        return (y if self.bias is None else y + self.bias).to(self.out_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_order is not None:
             x = x.index_select(-1, self.input_order)
         if self.isa is not None and x.dtype == self.dtype:
-            return bq_linear(x, self.weight, self.qtype, self.bias, self.isa)
+            return bq_linear(x, self.weight, self.qtype, self.bias, self.isa, self.out_dtype)
         if _triton_runs(x, self.qtype):
             return self.forward_triton(x)
         y = torch.empty(*x.shape[:-1], self.out_features, dtype=x.dtype, device=x.device)
         for r0 in range(0, self.out_features, self.TILE_ROWS):
             rows = slice(r0, min(r0 + self.TILE_ROWS, self.out_features))
             y[..., rows] = F.linear(x, self.dequantized(rows, x.dtype).to(x.device))
-        return y if self.bias is None else y + self.bias
+        return (y if self.bias is None else y + self.bias).to(self.out_dtype)
 
 
 class BlockQuantEmbedding(RawRows):
@@ -160,9 +162,9 @@ class BlockQuantEmbedding(RawRows):
         self.in_c = bq_supports(self.qtype, self.embedding_dim, self.dtype, self.weight)
         return self.in_c
 
-    def tied_head(self) -> BlockQuantLinear:
-        """The LM head that shares this table (logits = x @ table^T), over the same bytes."""
-        return BlockQuantLinear.sharing(self.weight, self.embedding_dim, self.qtype, self.dtype)
+    def tied_head(self, out_dtype: torch.dtype | None = None) -> BlockQuantLinear:
+        """The LM head that shares this table (logits = x @ table^T, in `out_dtype`), over the same bytes."""
+        return BlockQuantLinear.sharing(self.weight, self.embedding_dim, self.qtype, self.dtype, out_dtype)
 
     def lookup_triton(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` dequantized by the Triton kernel (bit-identical to the reference): the path of CUDA tensors

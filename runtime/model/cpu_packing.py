@@ -35,10 +35,14 @@ def finish_for_device(model: CausalLM, device: str) -> CausalLM:
 
 
 def _pack_linear(linear: Linear) -> None:
-    """sprig's AMX or vector kernel where the shape allows, else oneDNN's layout where its build has kernels for
-    the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
-    if linear.pack_for_cpu() is LinearKernel.TORCH and can_pack_for_onednn(linear.weight.dtype, "cpu") and (
-            os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0"):
+    """sprig's AMX or vector kernel where the shape allows; else, for the LM head (fp32 out of a bf16 / fp16
+    weight, which oneDNN cannot write), the weight held in fp32; else oneDNN's layout where its build has kernels
+    for the dtype (SPRIG_ONEDNN_PACK=0: never), else plain F.linear."""
+    if linear.pack_for_cpu() is not LinearKernel.TORCH:
+        return
+    if linear.out_dtype != linear.weight.dtype:
+        linear.widen_weight()
+    elif can_pack_for_onednn(linear.weight.dtype, "cpu") and os.environ.get("SPRIG_ONEDNN_PACK", "1") != "0":
         linear.pack_for_onednn()
 
 
@@ -73,8 +77,6 @@ def _in_c(module: nn.Module) -> bool:
 
 def _graph_blocker(model: CausalLM) -> str | None:
     """Why a CPU graph cannot replay this model's decode steps (it replays C kernels only), or None."""
-    if model.lm_head is None:
-        return "the LM head is the tied embedding, multiplied by F.linear"
     labels = {_linear_label(m) for m in model.modules()
               if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
               and not _in_c(m)}

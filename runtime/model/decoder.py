@@ -29,6 +29,10 @@ from sprig.runtime.model.config import ModelConfig
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
+# The LM head's output dtype on every path, whatever the model's: a bf16 logit's spacing is 0.25 between 32 and 64,
+# coarser than the margin between a real model's two best tokens, so bf16 logits turn near-ties into ties.
+LOGITS_DTYPE = torch.float32
+
 
 @dataclass(frozen=True)
 class ForwardBatch:
@@ -51,12 +55,15 @@ class LinearKernel(Enum):
 
 
 class Linear(nn.Module):
-    """y = x W^T (+ b), weight [out, in] in the model dtype."""
+    """y = x W^T (+ b), weight [out, in] in the model dtype; y in `out_dtype` (default: the model dtype), summed
+    in fp32 and rounded once (the LM head: fp32, never rounded)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
+                 out_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
+        self.out_dtype = out_dtype or dtype
         self.kernel = LinearKernel.TORCH
         self.isa: VecIsa | None = None  # the vector kernel's code path, with LinearKernel.VEC
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
@@ -67,9 +74,11 @@ class Linear(nn.Module):
         if self.fast is not None:
             return self.fast(x)
         if self.kernel is LinearKernel.AMX:
-            return amx_linear(x, self.vnni, self.bias)
+            return amx_linear(x, self.vnni, self.bias, self.out_dtype)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        if self.out_dtype != x.dtype:
+            return widening_linear(x, self.weight, self.bias, self.out_dtype)
         return F.linear(x, self.weight, self.bias)
 
     def pack_for_cpu(self) -> LinearKernel:
@@ -86,9 +95,17 @@ class Linear(nn.Module):
             return self.kernel
         self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
         if self.isa is not None:
-            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa, weight.shape[0])
+            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa, weight.shape[0], self.out_dtype)
         self._drop_plain_weight()
         return self.kernel
+
+    def widen_weight(self) -> None:
+        """Hold the weight (and bias) in `out_dtype`, for a linear whose output is wider than its weight and that no
+        sprig kernel takes: F.linear then sums and writes in that dtype, and widening the weight on every call
+        instead costs ~20x the product at decode sizes. Exact (every bf16/fp16 value is a float32)."""
+        self.weight = nn.Parameter(self.weight.detach().to(self.out_dtype), requires_grad=False)
+        if self.bias is not None:
+            self.bias = nn.Parameter(self.bias.detach().to(self.out_dtype), requires_grad=False)
 
     def pack_for_onednn(self) -> None:
         """Hold the weight only in oneDNN's blocked layout, which its AMX/AVX-512 kernels read as is.
@@ -104,6 +121,17 @@ class Linear(nn.Module):
         """Keep only the weight's shape (a meta tensor) once another layout holds its values."""
         self.weight = nn.Parameter(torch.empty(self.weight.shape, dtype=self.weight.dtype, device="meta"),
                                    requires_grad=False)
+
+
+def widening_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    out_dtype: torch.dtype) -> torch.Tensor:
+    """x W^T (+ b) written in `out_dtype`, wider than x: cuBLAS writes its fp32 sums as they are
+    (`torch.mm(..., out_dtype=)`); elsewhere the operands are widened (exact; a no-op on a weight `widen_weight`
+    widened already) and multiplied in `out_dtype`."""
+    if x.is_cuda and weight.dtype == x.dtype:
+        y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
+        return y if bias is None else y + bias.to(out_dtype)
+    return F.linear(x.to(out_dtype), weight.to(out_dtype), None if bias is None else bias.to(out_dtype))
 
 
 def can_pack_for_onednn(dtype: torch.dtype, device: torch.device | str) -> bool:
@@ -220,6 +248,9 @@ class CausalLM(nn.Module):
     With a `StageRange` (pipeline parallelism) it holds only that stage's layers (`layers[i]` is decoder layer
     `stage.start + i`), the embedding on the first stage and the final norm and LM head on the last (the tied
     embedding too, when it is the LM head); the other parts are not built at all.
+
+    The LM head is a `Linear` writing `LOGITS_DTYPE`; a tied one shares the embedding's weight (until the loader
+    packs it for sprig's CPU kernel, see `loader._pack_linear`), so it runs the kernels the other linears run.
     """
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet | None = None,
@@ -241,13 +272,20 @@ class CausalLM(nn.Module):
             self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops) if last else None
-        vocab_rows = self.plan.vocab_rows
-        self.lm_head = None if cfg.tie_word_embeddings or not last else Linear(cfg.hidden_size, vocab_rows, False,
-                                                                                dtype)
+        self.lm_head = Linear(cfg.hidden_size, self.plan.vocab_rows, False, dtype, LOGITS_DTYPE) if last else None
+        self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
+
+    def tie_lm_head(self) -> None:
+        """Make a tied LM head's weight the embedding's (again: `to_empty` gives each module its own copy). A
+        block-quantized table is left alone: its tied head (`BlockQuantEmbedding.tied_head`) shares its bytes."""
+        if self.lm_head is not None and self.cfg.tie_word_embeddings and isinstance(self.embed_tokens, nn.Embedding):
+            weight = self.embed_tokens.weight
+            assert isinstance(weight, nn.Parameter)  # nn.Embedding's weight
+            self.lm_head.weight = weight
 
     @property
     def device(self) -> torch.device:
@@ -260,9 +298,9 @@ class CausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
                 k_scales: list[torch.Tensor] | None = None, v_scales: list[torch.Tensor] | None = None,
                 hidden: torch.Tensor | None = None) -> torch.Tensor:
-        """Return next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded), in the model's dtype:
-        the sampler copies them to float32 where it changes them, and a greedy batch reads them as they are.
-        A quantized pool passes its per-layer scales (`KVPool.k_scales` / `v_scales`).
+        """Return next-token logits [R, vocab] for `batch.logits_rows` (on rank 0 when sharded), in `LOGITS_DTYPE`
+        (float32) whatever the model's dtype. A quantized pool passes its per-layer scales (`KVPool.k_scales` /
+        `v_scales`).
 
         A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
         output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
@@ -282,11 +320,10 @@ class CausalLM(nn.Module):
             residual = residual.index_select(0, batch.logits_rows)
         assert self.norm is not None  # built on the last stage
         x, _ = self.norm.add_and_norm(x, residual)
-        if self.lm_head is None:
-            assert self.embed_tokens is not None  # tied: the last stage holds the embedding
-            logits = F.linear(x, self.embed_tokens.weight)
-        else:
-            logits = self.lm_head(x)
+        assert self.lm_head is not None  # built on the last stage
+        logits = self.lm_head(x)
+        if logits.dtype != LOGITS_DTYPE:  # an int8 head writes the activation dtype (its kernel's); the rest do not
+            logits = logits.to(LOGITS_DTYPE)
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -132,7 +132,7 @@ def _block_quant_module(child: nn.Module, qtype: GGMLType, dtype: torch.dtype) -
         return BlockQuantEmbedding(child.num_embeddings, child.embedding_dim, qtype, dtype)
     assert isinstance(child, Linear)  # every other target of a 2-D tensor is a linear layer
     out_f, in_f = child.weight.shape
-    return BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype)
+    return BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype, child.out_dtype)
 
 
 def fill_from_gguf(model: CausalLM, gguf: GGUFFile) -> None:

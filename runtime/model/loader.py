@@ -27,7 +27,7 @@ from sprig.runtime.model.block_quant import (
 )
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
-from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear
+from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
@@ -112,7 +112,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets["model.embed_tokens.weight"] = Target(model.embed_tokens, "weight", 0, plan.vocab_real, vocab)
     if model.norm is not None:
         targets["model.norm.weight"] = Target(model.norm, "weight")
-    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied block-quantized head is the table
+    if model.lm_head is not None and not cfg.tie_word_embeddings:  # why: a tied head is filled as the embedding
         targets["lm_head.weight"] = Target(model.lm_head, "weight", 0, plan.vocab_real, vocab)
     d = cfg.head_dim
     q_src = src(0, plan.head_start * d, local.q_size, cfg.q_size)
@@ -175,13 +175,14 @@ def _safetensors_files(folder: Path) -> list[Path]:
     return files
 
 
-def _quantize_linears(module: nn.Module, dtype: torch.dtype) -> None:
+def _quantize_linears(module: nn.Module, dtype: torch.dtype, keep: Linear | None = None) -> None:
+    """Every linear as an `Int8Linear` but `keep` (a tied LM head: the embedding, which stays in `dtype`)."""
     for name, child in module.named_children():
-        if isinstance(child, Linear):
+        if isinstance(child, Linear) and child is not keep:
             out_f, in_f = child.weight.shape
-            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype))
+            setattr(module, name, Int8Linear(in_f, out_f, child.bias is not None, dtype, child.out_dtype))
         else:
-            _quantize_linears(child, dtype)
+            _quantize_linears(child, dtype, keep)
 
 
 def _fp8_linears(model: CausalLM, dtype: torch.dtype, fp8: Fp8Format | None) -> None:
@@ -203,7 +204,8 @@ def _block_quant_model(model: CausalLM, dtype: torch.dtype, qtype: GGMLType) -> 
         for name, child in parent.named_children():
             if isinstance(child, Linear):
                 out_f, in_f = child.weight.shape
-                setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype))
+                setattr(parent, name, BlockQuantLinear(in_f, out_f, qtype, child.bias is not None, dtype,
+                                                       child.out_dtype))
     if model.embed_tokens is not None:
         rows, dim = model.embed_tokens.weight.shape
         model.embed_tokens = BlockQuantEmbedding(rows, dim, qtype, dtype)  # type: ignore[assignment]
@@ -211,7 +213,7 @@ def _block_quant_model(model: CausalLM, dtype: torch.dtype, qtype: GGMLType) -> 
 
 def _tie_block_quant_head(model: CausalLM) -> None:
     if isinstance(model.embed_tokens, BlockQuantEmbedding) and model.cfg.tie_word_embeddings and model.stage.last:
-        model.lm_head = model.embed_tokens.tied_head()  # type: ignore[assignment]
+        model.lm_head = model.embed_tokens.tied_head(LOGITS_DTYPE)  # type: ignore[assignment]
 
 
 def _read(f: Any, name: str, source: SourceSlice | None) -> torch.Tensor:
@@ -268,12 +270,13 @@ def _build_empty_model(
         if int4 is not None:
             use_int4_linears(model, dtype)
         elif quantization == "int8":
-            _quantize_linears(model, dtype)
+            _quantize_linears(model, dtype, model.lm_head if cfg.tie_word_embeddings else None)
         elif quantization == "fp8" or fp8 is not None:
             _fp8_linears(model, dtype, fp8)
         elif (qtype := block_quantization(quantization)) is not None:
             _block_quant_model(model, dtype, qtype)
     model = model.to_empty(device=device)
+    model.tie_lm_head()
     _tie_block_quant_head(model)
     # Weights on huge pages (fewer TLB misses per step), except linears that oneDNN will re-lay out after loading.
     host_memory.pack_parameters(model, keep_values=False, skip=(Linear,) if packs_linears(model, device) else ())

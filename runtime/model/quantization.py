@@ -51,12 +51,14 @@ def _int8_kernel_available(dtype: torch.dtype) -> bool:
 class Int8Linear(nn.Module):
     """Drop-in for `Linear` holding an int8 weight [out, in] and a scale per output row."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
+                 out_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=torch.int8), requires_grad=False)
         self.scales = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.dtype = dtype
+        self.out_dtype = out_dtype or dtype  # the LM head's: LOGITS_DTYPE, written by the kernel unrounded
         self.use_kernel = _int8_kernel_available(dtype)
         self.isa: Int8Isa | None = None  # the W8A8 kernel's code path, once `pack_for_cpu` chose it
         self.packed: Int8Packed | None = None  # the packed_* buffers below, once `pack_for_cpu` filled them
@@ -88,13 +90,13 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
-            return int8_linear(x, self.packed, self.weight.shape[0], self.isa)
+            return int8_linear(x, self.packed, self.weight.shape[0], self.isa, self.out_dtype)
         if self.use_kernel and x.device.type == "cpu":
             y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.weight, self.scales)
             y = y.reshape(*x.shape[:-1], -1)
         else:
             y = F.linear(x, self.weight.to(x.dtype)) * self.scales
-        return y if self.bias is None else y + self.bias
+        return (y if self.bias is None else y + self.bias).to(self.out_dtype)
 
 
 @dataclass(frozen=True)
