@@ -156,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             from sprig.runtime.distributed.tp_group import FailurePolicy, recorded_failure, set_failure_policy
 
             set_failure_policy(FailurePolicy.EXIT_PROCESS)  # why: a command whose rank died must end, not linger
-            status = int(args.func(args) or 0)
-            failure = recorded_failure()
+            try:
+                status = int(args.func(args) or 0)
+                failure = recorded_failure()
+            finally:  # why: main() run in process (tests) must not leave later engines stopping the process
+                set_failure_policy(FailurePolicy.RAISE)
             return status if failure is None else EXIT_FAILURE
         return int(args.func(args) or 0)
     except USER_ERRORS as e:

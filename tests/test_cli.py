@@ -141,3 +141,13 @@ def test_serve_help_groups_its_flags_by_concern_and_ends_with_examples():
     text = serve.format_help()
     assert text.rstrip().splitlines()[-1].lstrip().startswith("sprig serve --")
     assert "\n  sprig serve --model demo " in text  # the examples keep their lines
+
+
+def test_main_run_in_process_leaves_the_failure_policy_as_it_found_it(tmp_path):
+    from sprig.runtime.cli import main
+    from sprig.runtime.distributed import tp_group
+
+    # A multi-process command sets "stop this process on a rank's failure"; run in process (as tests do), it must
+    # not stay set, or a later engine's failing rank would SIGTERM the caller (it once ended a whole pytest run).
+    assert main(["serve", "--model", str(tmp_path / "m.gguf"), "--tp-size", "2", "--port", "0"]) == 2
+    assert tp_group._policy is tp_group.FailurePolicy.RAISE
