@@ -18,6 +18,7 @@ most xs / 256; with q8_0's xs / 2 the same models measured 1.92e-2 / 1.75e-2, 12
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -208,6 +209,11 @@ def test_bf16_and_fp16_models_match_the_dequantized_model_in_that_dtype(layout, 
     want, got = _logits(full, dtype), _logits(folder, dtype)
     rel = ((got - want).abs().max() / want.abs().max()).item()
     print(f"{name} {dtype}: rel {rel:.3g}")
+    if os.environ.get("SPRIG_CPU_ISA") and str(dtype).endswith("bfloat16"):
+        # Capped (CI's AVX2 pass), the full model's linears follow the cap but the widened Q4_G128 path still runs
+        # the machine's best bf16 kernel (cpu_block_quant.py says so): other summation orders, measured 1.28e-2.
+        assert rel < 2e-2, rel
+        return
     assert rel < 1e-2 if LAYOUTS[name][2] else rel == 0, rel
 
 
