@@ -179,4 +179,6 @@ def test_int8_w8a8_smollm2_perplexity_within_measured_bounds(smollm2_folder, smo
 
     ppl = short_perplexity(smollm2_folder, dtype=dtype, quantization="int8").value
     change = 100 * (ppl / smollm2_fp32_perplexity - 1)
+    if int8_isa() is None:  # no W8A8 kernel (C kernels off): torch's weight-only int8 keeps activations exact
+        low = -1.5
     assert low <= change <= high, f"int8 perplexity {ppl:.4f} is {change:+.2f} % from fp32's"
