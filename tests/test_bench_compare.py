@@ -17,7 +17,15 @@ from sprig.runtime.bench.machine import CpuInfo, kernel_env, parse_cpuinfo
 from sprig.runtime.bench.metrics import RequestRecord, summarize
 from sprig.runtime.bench.report import markdown, render, with_modes
 from sprig.runtime.bench.schedule import WARMUP, Mode, Plan, Runner, SeedPlan
-from sprig.runtime.bench.systems import SystemKind, SystemUnavailable, parse_facts
+from sprig.runtime.bench.systems import (
+    ServerSystem,
+    Setup,
+    SystemKind,
+    SystemUnavailable,
+    make_system,
+    parse_facts,
+    resident_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +224,47 @@ def test_kernel_lines_from_a_sprig_startup_block():
     assert parse_facts(log, ("linear kernels", "attention backend")) == {
         "linear kernels": "AMX bf16 (oneDNN off)", "attention backend": "native (C kernels)"}
     assert parse_facts("nothing yet", ("linear kernels",)) == {}
+
+
+def test_a_gguf_file_is_served_as_stored_by_sprig_and_llama_server_and_dequantized_by_sprig_bf16(tmp_path: Path):
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    setup = Setup(model_dir=gguf, log_dir=tmp_path, llama_server=str(binary))
+    native = make_system(SystemKind.SPRIG, setup, 0)
+    dequantized = make_system(SystemKind.SPRIG_BF16, setup, 1)
+    llama = make_system(SystemKind.LLAMA_CPP, setup, 2)
+    assert isinstance(native, ServerSystem) and isinstance(dequantized, ServerSystem)
+    assert isinstance(llama, ServerSystem)
+    assert "--gguf-dequantize" not in native.command and str(gguf) in native.command
+    assert dequantized.name == "sprig-bf16" and "--gguf-dequantize" in dequantized.command
+    assert dequantized.command[dequantized.command.index("--dtype") + 1] == "bfloat16"
+    assert llama.command[llama.command.index("-m") + 1] == str(gguf)  # the same file, not a conversion
+    with pytest.raises(SystemUnavailable):
+        make_system(SystemKind.LLAMA_CPP_Q8, setup, 3)
+    with pytest.raises(SystemUnavailable):
+        make_system(SystemKind.SPRIG_BF16, Setup(model_dir=tmp_path), 4)
+
+
+def test_resident_memory_of_a_live_process_and_of_none():
+    import os
+
+    mine = resident_of(os.getpid())
+    assert mine is not None and 0 < mine["rss_mib"] <= mine["peak_mib"]
+    assert resident_of(2**22 + 12345) is None
+
+
+def test_gguf_report_holds_sprig_to_the_gguf_targets_and_shows_resident_memory():
+    runs = [_run("alone", s, wl, v) for wl, pairs in (("batch1", (("sprig", 110.0), ("llama.cpp", 100.0))),
+                                                     ("random", (("sprig", 300.0), ("llama.cpp", 100.0))))
+            for s, v in pairs]
+    data = _data(runs)
+    data["setup"]["gguf"] = True
+    data["memory"] = {"sprig": {"rss_mib": 480.2, "peak_mib": 512.9}, "llama.cpp": {"rss_mib": 150.0, "peak_mib": 151}}
+    page = markdown(with_modes(data), [])
+    assert "| batch1 | sprig / llama.cpp | output_tok_s | 1.10x | ≥ 1.2x | missed by 1.09x |" in page
+    assert "| random | sprig / llama.cpp | output_tok_s | 3.00x | ≥ 2x | met |" in page
+    assert "| shared-prefix | sprig / llama.cpp | output_tok_s | – | ≥ 3x | not measured |" in page
+    assert "sprig / transformers" not in page  # the checkpoint-folder targets are not this run's
+    assert "| sprig | 480 | 513 |" in page and "| llama.cpp | 150 | 151 |" in page

@@ -45,6 +45,25 @@ TARGETS = [
     Target("json-schema", "sprig", "transformers", "request_throughput", 5.0),
 ]
 
+# Issue 29's targets for one GGUF file served by both: sprig's block-quant kernels against llama.cpp on the same
+# blocks, and sprig's own bf16 run (the file dequantized) reported beside them.
+GGUF_TARGETS = [
+    Target("batch1", "sprig", "llama.cpp", "output_tok_s", 1.2),
+    Target("random", "sprig", "llama.cpp", "output_tok_s", 2.0),
+    Target("shared-prefix", "sprig", "llama.cpp", "output_tok_s", 3.0),
+    Target("batch1", "sprig-bf16", "llama.cpp", "output_tok_s", None, always=False),
+    Target("random", "sprig-bf16", "llama.cpp", "output_tok_s", None, always=False),
+    Target("shared-prefix", "sprig-bf16", "llama.cpp", "output_tok_s", None, always=False),
+    Target("batch1", "sprig", "sprig-bf16", "output_tok_s", None, always=False),
+    Target("random", "sprig", "sprig-bf16", "output_tok_s", None, always=False),
+    Target("shared-prefix", "sprig", "sprig-bf16", "output_tok_s", None, always=False),
+]
+
+
+def targets_of(data: dict[str, Any]) -> list[Target]:
+    """The targets of this run: GGUF_TARGETS when every system served one GGUF file, else TARGETS."""
+    return GGUF_TARGETS if data["setup"].get("gguf") else TARGETS
+
 
 def flat_metrics(summary: dict[str, Any]) -> dict[str, float | None]:
     """The figures the report compares, from a BenchSummary dict."""
@@ -167,6 +186,7 @@ def markdown(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         lines += _results_lines(medians(data, mode), f"Results, {mode} (medians of {n} round{'s' * (n != 1)})")
     lines += _batch1_lines(data, shown)
     lines += _target_lines(data, shown)
+    lines += _memory_lines(data)
     lines += _profile_lines(data, shown)
     for title, name in figures:
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
@@ -247,7 +267,7 @@ def _target_lines(data: dict[str, Any], shown: list[str]) -> list[str]:
     meds = {m: medians(data, m) for m in shown}
     lines = ["## Targets", "", f"| workload | ratio | metric | {' | '.join(shown)} | target | status |",
              "|---|---|---|" + "---|" * len(shown) + "---|---|"]
-    for t in TARGETS:
+    for t in targets_of(data):
         rs = {m: ratio(meds[m], t) for m in shown}
         if not t.always and all(r is None for r in rs.values()):
             continue
@@ -263,6 +283,17 @@ def _target_lines(data: dict[str, Any], shown: list[str]) -> list[str]:
         pairs = ", ".join(f"{wl} {_fmt(r, '{:.2f}x')}" for wl, r in extra if r is not None)
         if pairs:
             lines += ["", f"Radix cache on / off (output tok/s, {mode}): {pairs}"]
+    return [*lines, ""]
+
+
+def _memory_lines(data: dict[str, Any]) -> list[str]:
+    """Each server process's resident memory, the largest seen after any of its runs (older files have none)."""
+    memory = data.get("memory") or {}
+    if not memory:
+        return []
+    lines = ["## Resident memory (server process, largest seen after a run)", "", "| system | RSS MiB | peak MiB |",
+             "|---|---|---|"]
+    lines += [f"| {name} | {m['rss_mib']:.0f} | {m['peak_mib']:.0f} |" for name, m in memory.items()]
     return [*lines, ""]
 
 

@@ -168,6 +168,7 @@ class Runner:
             except SystemUnavailable as e:
                 self.data["skipped"][f"{system.name} on {kind.value}"] = str(e)
                 continue
+            self._record_memory(system)
             if rnd == WARMUP:
                 _say(f"{mode.value} {system.name} {kind.value}: warm-up round done (not counted)")
                 continue
@@ -175,6 +176,16 @@ class Runner:
             self.data["runs"].append({"mode": mode.value, "workload": kind.value, "round": rnd,
                                       "system": system.name, "summary": result.summary.to_dict(),
                                       "profile": result.engine_stats, "requests": compact(result)})
+
+    def _record_memory(self, system: System) -> None:
+        """Keep the largest resident memory a server process has shown after any of its runs."""
+        read = getattr(system, "resident_mib", None)
+        now = read() if read is not None else None
+        if now is None:
+            return
+        seen = self.data.setdefault("memory", {}).setdefault(system.name, {"rss_mib": 0.0, "peak_mib": 0.0})
+        for key in seen:
+            seen[key] = max(seen[key], now[key])
 
     def _sweep(self, mode: Mode, systems: list[System]) -> None:
         """Throughput at each offered request rate on `random` (HTTP systems only: static batches have no rate)."""

@@ -1,6 +1,7 @@
 """The systems `benchmarks/compare.py` measures side by side: sprig servers (radix cache on and off, int8 weights),
 llama.cpp's `llama-server` on the same checkpoint converted to GGUF (in the checkpoint's dtype or Q8_0), and
-`transformers.generate` in static batches.
+`transformers.generate` in static batches. Given a GGUF file instead of a folder, sprig and llama-server both serve
+that file as stored (sprig with its block-quant kernels), and `sprig-bf16` serves it dequantized to bf16.
 
 Servers are child processes; each run is the same workload sent by the same HTTP client. The transformers
 baseline runs in-process (it has no server).
@@ -35,6 +36,7 @@ class SystemKind(str, Enum):
     SPRIG = "sprig"
     SPRIG_NO_CACHE = "sprig-no-cache"
     SPRIG_INT8 = "sprig-int8"  # weights quantized to int8 at load (--quantization int8)
+    SPRIG_BF16 = "sprig-bf16"  # a GGUF file dequantized to bf16 at load (--gguf-dequantize)
     LLAMA_CPP = "llama.cpp"
     LLAMA_CPP_Q8 = "llama.cpp-q8_0"  # the checkpoint converted to a Q8_0 GGUF
     TRANSFORMERS = "transformers"
@@ -66,6 +68,11 @@ class Setup:
     llama_args: tuple[str, ...] = ("-fa", "off")
     base_port: int = 31900
     progress: bool = True
+
+    @property
+    def is_gguf(self) -> bool:
+        """The checkpoint is one GGUF file, which every system serves as it is."""
+        return self.model_dir.suffix == ".gguf"
 
 
 class System(Protocol):
@@ -144,6 +151,12 @@ class ServerSystem:
         except (httpx.HTTPError, ValueError):
             return None
 
+    def resident_mib(self) -> dict[str, float] | None:
+        """The server process's resident memory now and at its peak (VmRSS, VmHWM), in MiB; None when gone."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        return resident_of(self.proc.pid)
+
     def startup_facts(self, labels: tuple[str, ...] = KERNEL_FACTS, wait_s: float = 10.0) -> dict[str, str]:
         """`label: value` lines of the server's start-up block, read from its log (waits a little: the block may
         be printed just after /health turns 200)."""
@@ -166,6 +179,16 @@ class ServerSystem:
             self.proc.wait(timeout=10)
 
 
+def resident_of(pid: int) -> dict[str, float] | None:
+    """VmRSS and VmHWM of a process from /proc, in MiB (None where /proc has no such process)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    found = {m.group(1): int(m.group(2)) / 1024 for m in re.finditer(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M)}
+    return {"rss_mib": found["VmRSS"], "peak_mib": found["VmHWM"]} if len(found) == 2 else None
+
+
 def parse_facts(log: str, labels: tuple[str, ...]) -> dict[str, str]:
     """The last `label: value` line of each label in a log (sprig's start-up block indents and aligns them)."""
     facts: dict[str, str] = {}
@@ -175,8 +198,10 @@ def parse_facts(log: str, labels: tuple[str, ...]) -> dict[str, str]:
     return facts
 
 
-def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None = None) -> ServerSystem:
-    """`sprig serve` on the setup's checkpoint (radix cache on or off, weights quantized at load or not)."""
+def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None = None,
+                 dequantize: bool = False) -> ServerSystem:
+    """`sprig serve` on the setup's checkpoint (radix cache on or off, weights quantized at load or not, a GGUF
+    file's blocks kept or dequantized)."""
     name = "sprig" if cache else "sprig-no-cache"
     cmd = [sys.executable, "-m", "sprig.runtime.cli", "serve", "--model", str(setup.model_dir),
            "--dtype", setup.dtype, "--num-threads", str(setup.threads), "--port", str(port),
@@ -186,6 +211,12 @@ def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None 
     if quantization:
         name = f"sprig-{quantization}"
         cmd += ["--quantization", quantization]
+    if dequantize:
+        if not setup.is_gguf:
+            raise SystemUnavailable("sprig-bf16 dequantizes a GGUF file: pass --model FILE.gguf")
+        name = "sprig-bf16"
+        cmd[cmd.index("--dtype") + 1] = "bfloat16"
+        cmd.append("--gguf-dequantize")
     return ServerSystem(name, cmd, port, setup.log_dir / f"{name}.log", stats_route="/server_info",
                         progress=setup.progress)
 
@@ -201,7 +232,11 @@ def find_llama_server(setup: Setup) -> str:
 
 def gguf_of(setup: Setup, outtype: str | None = None) -> Path:
     """The checkpoint as GGUF in `outtype` (default: the setup's dtype), converted once with llama.cpp's own
-    converter."""
+    converter; a GGUF checkpoint is served as it is."""
+    if setup.is_gguf:
+        if outtype is not None:
+            raise SystemUnavailable(f"the checkpoint is a GGUF file already; no {outtype} conversion of it")
+        return setup.model_dir
     outtype = outtype or {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[setup.dtype]
     out = setup.gguf_dir / f"{setup.model_dir.name}-{outtype}.gguf"
     if out.exists():
@@ -246,6 +281,8 @@ class TransformersSystem:
 
         from sprig.runtime.bench.offline import StaticBatchRunner, load_hf_model
 
+        if self.setup.is_gguf:
+            raise SystemUnavailable("transformers baseline: a checkpoint folder only (it dequantizes a GGUF file)")
         torch.set_num_threads(self.setup.threads)
         model = load_hf_model(str(self.setup.model_dir), self.setup.dtype)
         tok = Tokenizer(self.setup.model_dir)
@@ -274,6 +311,8 @@ def make_system(kind: SystemKind, setup: Setup, index: int) -> System:
         return sprig_server(setup, False, port)
     if kind is SystemKind.SPRIG_INT8:
         return sprig_server(setup, True, port, quantization="int8")
+    if kind is SystemKind.SPRIG_BF16:
+        return sprig_server(setup, True, port, dequantize=True)
     if kind is SystemKind.LLAMA_CPP:
         return llama_server(setup, port)
     if kind is SystemKind.LLAMA_CPP_Q8:
