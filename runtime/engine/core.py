@@ -1,4 +1,5 @@
-"""The engine's single-threaded core: schedule → one forward → sample → stop checks, step after step."""
+"""The engine's single-threaded core: the model, KV pool, tree, scheduler and sampler, and the phases of a step
+(schedule → forward → sample → stop checks) that each schedule's loop (serial.py, overlap.py, pipeline.py) runs."""
 
 from __future__ import annotations
 
@@ -122,7 +123,8 @@ class EngineCore:
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         self.requests[req.rid] = req
-        req.speculative = self.spec is not None
+        if self.spec is not None:
+            self.spec.track(req)
         self.scheduler.add(req)
         self.counters.prompt_tokens += len(req.prompt_ids)
 

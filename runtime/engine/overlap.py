@@ -1,11 +1,11 @@
 """The overlap schedule: a step's forward runs on the engine thread while a side thread (`sprig-overlap`) does
 the last step's stop checks, detokenizing, retiring and reports, then schedules the next step.
 
-The next step is planned before the running step's tokens are known: each of its sampling rows counts one token
-of `Request.lag`, so the scheduler sees the request's true length, and the sampled token goes into the fill as soon
-as it is drawn (its output, logprob and stop checks follow one step later, beside the next forward). A request that
-those stop checks finish still rides in the planned step; its row is dropped unsampled (one wasted row per finished
-request, as in SGLang). Grammar rows are appended at once, since jump-forward changes the fill. The side thread
+The next step is planned before the running step's tokens are known: a request whose token is coming is planned
+as a one-token decode (one that this plan preempts is not resumed by it: `Scheduler.schedule`'s `coming`), and the
+sampled token goes into the fill as soon as it is drawn (its output, logprob and stop checks follow one step later,
+beside the next forward). A request that those stop checks finish still rides in the planned step; its row is
+dropped unsampled (one wasted row per finished request, as in SGLang). Grammar rows are appended at once, since jump-forward changes the fill. The side thread
 owns the scheduler only while the engine thread waits for the forward, which touches no scheduler state.
 """
 
@@ -51,8 +51,7 @@ class OverlapLoop:
         seqs = [core.seq_input(s) for s in plan]
         masks = core.start_masks(plan)
         core.advance(rows)
-        self._count_coming_tokens(rows)
-        side = self._beside(self._take_deferred())
+        side = self._beside(self._take_deferred(), self._coming_tokens(rows))
         try:
             out = core.forward(seqs)
         finally:
@@ -63,11 +62,10 @@ class OverlapLoop:
         return updated
 
     @staticmethod
-    def _count_coming_tokens(rows: list[Row]) -> None:
-        """Each sampling row's coming token counts as `lag`, so the plan made beside the forward sees it."""
-        for row in rows:
-            if row.completes and not row.req.finished and row.req.params.max_new_tokens != 0:
-                row.req.lag = 1
+    def _coming_tokens(rows: list[Row]) -> frozenset[Request]:
+        """The requests whose next token this step samples, which the plan made beside its forward cannot see yet."""
+        return frozenset(row.req for row in rows
+                         if row.completes and not row.req.finished and row.req.params.max_new_tokens != 0)
 
     def _sample_and_defer(self, rows: list[Row], out: StepOutput, masks: PendingMasks) -> list[Request]:
         """Sample; an unconstrained row's token goes into its fill now and its stop checks wait for the next step
@@ -76,7 +74,6 @@ class OverlapLoop:
         core.take_prompt_logprobs(rows, out)
         now: list[Request] = []
         for s in core.sample(core.sampling_rows(rows), out, masks):
-            s.req.lag = 0
             if s.req.matcher is None:
                 self._defer(s)
             else:
@@ -107,12 +104,12 @@ class OverlapLoop:
                 core.retire(s.req)
         return checked
 
-    def _beside(self, sampled: list[Sampled]) -> Future[list[ScheduledSeq]]:
+    def _beside(self, sampled: list[Sampled], coming: frozenset[Request]) -> Future[list[ScheduledSeq]]:
         """The last step's stop checks and reports, then the next step's plan, on the side thread."""
 
         def work() -> list[ScheduledSeq]:
             self.core.notify(self._check_deferred(sampled))  # why: streaming callers are woken from here too
-            return self.core.scheduler.schedule()
+            return self.core.scheduler.schedule(coming=coming)
 
         return self.side.submit(work)
 
