@@ -46,9 +46,10 @@ def _since(t0: tuple[float, float]) -> tuple[float, float]:
 
 
 def instrument(engine: Any) -> StepTimes:
-    """Wrap the core's step, notify and the runner's forward on this engine instance (engine thread only)."""
-    core, times = engine.core, StepTimes()
-    step, notify, forward = core.step, core.notify, core.runner.forward
+    """Wrap the loop's step, the core's notify and the runner's forward on this engine instance (engine thread
+    only)."""
+    core, loop, times = engine.core, engine.loop, StepTimes()
+    step, notify, forward = loop.step, core.notify, core.runner.forward
 
     def timed_forward(seqs: Any) -> Any:
         t0 = _now()
@@ -73,7 +74,7 @@ def instrument(engine: Any) -> StepTimes:
             times.overhead_cpu.append(times._busy[1] + cpu - times._fwd[1])
             times.forward.append(times._fwd[0])
 
-    core.step, core.notify, core.runner.forward = timed_step, timed_notify, timed_forward
+    loop.step, core.notify, core.runner.forward = timed_step, timed_notify, timed_forward
     return times
 
 

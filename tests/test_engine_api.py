@@ -113,18 +113,18 @@ def test_requests_that_can_never_fit_fail_at_once(engine):
 def test_one_failing_request_does_not_fail_the_batch(engine):
     """An exception in one request's stop check aborts that request; the others finish normally."""
     core = engine.core
-    original = core._append_sampled
+    original = core.append_token
 
-    def flaky(req, token, result, row):
+    def flaky(req, token, logprob, in_fill=False):
         if req.prompt_ids[:1] == [7]:
             raise RuntimeError("boom")
-        original(req, token, result, row)
+        return original(req, token, logprob, in_fill)
 
-    core._append_sampled = flaky
+    core.append_token = flaky
     try:
         res = engine.generate(input_ids=[[7, 8, 9], [10, 11, 12]], sampling_params=GREEDY)
     finally:
-        core._append_sampled = original
+        core.append_token = original
     assert res[0]["meta_info"]["finish_reason"]["type"] == "abort"
     assert "internal error" in res[0]["meta_info"]["finish_reason"]["message"]
     assert res[1]["meta_info"]["finish_reason"]["type"] == "length"

@@ -11,6 +11,7 @@ import pytest
 from test_engine_soak import assert_every_page_has_one_owner
 
 from sprig import Engine
+from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.summary import engine_facts
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -44,7 +45,7 @@ def _mixed_params() -> list[dict]:
 def _run(path: str, overlap: bool, **extra: object) -> list[dict]:
     prompts = [f"request {i}: the quick brown fox" for i in range(16)]
     with Engine(path, enable_overlap_schedule=overlap, **OPTIONS, **extra) as engine:
-        assert (engine.core.overlap_off is None) == overlap
+        assert (engine.core.schedule.schedule is Schedule.OVERLAP) == overlap == (engine.core.schedule.overlap_off is None)
         out = engine.generate(prompts, _mixed_params(), return_logprob=True, logprob_start_len=2,
                               top_logprobs_num=2)
         stats = engine.stats()

@@ -24,6 +24,7 @@ from test_server_helpers import child_pids, process_alive, wait_serving
 from sprig import Engine
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.distributed import tp_group
+from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.model.checkpoints import RECIPES, checkpoint_path
 from sprig.runtime.model.parallel import stage_layers
 
@@ -63,8 +64,8 @@ def _workload(engine: Engine) -> dict[str, object]:
     engine.abort("to-abort")
     last = list(stream)[-1]
     stats = engine.stats()
-    pipeline = engine.core.pipeline
-    return {"peak": pipeline.peak_in_flight if pipeline is not None else 1, "greedy": greedy, "again": again,
+    loop = engine.loop
+    return {"peak": loop.peak_in_flight if isinstance(loop, PipelineLoop) else 1, "greedy": greedy, "again": again,
             "constrained": constrained, "seeded": seeded, "pressure": pressure, "preemptions": preemptions,
             "rest": rest, "aborted": last["meta_info"]["finish_reason"]["type"],
             "idle": (stats["running"], stats["cache_protected_tokens"])}
@@ -150,7 +151,8 @@ def test_pipeline_gives_the_results_of_one_process(four_layers, reference, pp, t
 
 def test_an_abort_in_flight_drops_its_row_and_frees_its_pages(four_layers, reference):
     with Engine(str(four_layers), pp_size=2, **OPTIONS) as engine:
-        core = engine.core
+        core, loop = engine.core, engine.loop
+        assert isinstance(loop, PipelineLoop)
 
         def run() -> tuple[list[list[int]], int, str]:  # on the loop thread: steps driven by hand
             reqs, _ = engine.make_requests(PROMPTS[:3] + ["the one to abort"],
@@ -158,14 +160,14 @@ def test_an_abort_in_flight_drops_its_row_and_frees_its_pages(four_layers, refer
             for r in reqs:
                 core.add_request(r)
             victim = reqs[3]
-            while victim not in core.pipeline.busy:
-                core.step()
+            while victim not in loop.busy:
+                loop.step()
             core.abort(victim.rid)  # while its step is in flight
-            while core.has_work():
-                core.step()
+            while loop.has_work():
+                loop.step()
             pool = core.kv.pool  # every page is free or held by the tree: none leaked
             assert pool.num_free_tokens + core.tree.evictable_size == pool.size.num_tokens
-            return [r.output_ids for r in reqs[:3]], core.pipeline.dropped_rows, victim.finish_reason.type.value
+            return [r.output_ids for r in reqs[:3]], loop.dropped_rows, victim.finish_reason.type.value
 
         outputs, dropped, reason = engine._call(run)
         stats = engine.stats()

@@ -1,4 +1,5 @@
-"""The engine's single-threaded core: schedule → one forward → sample → stop checks, step after step."""
+"""The engine's single-threaded core: the model, KV pool, tree, scheduler and sampler, and the phases of a step
+(schedule → forward → sample → stop checks) that each schedule's loop (serial.py, overlap.py, pipeline.py) runs."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ from sprig.runtime.distributed.tp_group import TPGroup
 from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, PendingMasks, advance_grammar
 from sprig.runtime.engine.host_tier import HiCacheCounters, build_host_tier
 from sprig.runtime.engine.kv_cache import KVCacheManager
-from sprig.runtime.engine.overlap import OverlapSteps
-from sprig.runtime.engine.pipeline import PipelinedSteps
 from sprig.runtime.engine.prompt_logprobs import record_prompt_logprobs
 from sprig.runtime.engine.request import Logprob, Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
+from sprig.runtime.engine.schedule import choose_schedule
 from sprig.runtime.engine.scheduler import ScheduledSeq, SchedulePolicy, Scheduler, SchedulerConfig
 from sprig.runtime.engine.spec.build import build_speculator
 from sprig.runtime.engine.spec.speculator import Draft
@@ -97,25 +97,8 @@ class EngineCore:
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
-        self.pipeline = PipelinedSteps(self, config.pp_size) if config.pp_size > 1 else None
-        self.overlap_off = self._overlap_off_reason(config)
-        self.overlap = OverlapSteps(self) if self.overlap_off is None else None
-        self._deferred: list[Sampled] = []  # sampled by the last step, stop checks pending
+        self.schedule = choose_schedule(config, self.spec is not None, self.kv.host is not None)
         self._last_forward_end: float | None = None
-
-    def _overlap_off_reason(self, config: EngineConfig) -> str | None:
-        """Why steps run one after another (None: the overlap schedule is on)."""
-        if config.disable_overlap_schedule:
-            return "--disable-overlap-schedule"
-        if not config.enable_overlap_schedule and not config.device.startswith("cuda"):
-            return "off by default on the CPU, where the forward uses every core (--enable-overlap-schedule)"
-        if config.pp_size > 1:
-            return "pipeline parallel (its micro-batches overlap steps already)"
-        if self.spec is not None:
-            return "speculative decoding"  # why: the next step's input depends on how many drafts are accepted
-        if self.kv.host is not None:
-            return "the host KV tier"  # why: its loads and write-backs copy pool pages on the scheduling thread
-        return None
 
     def _enable_decode_graphs(self, config: EngineConfig) -> str | None:
         """Decode steps from graphs: CUDA graphs on CUDA, recorded C-kernel calls on the CPU. Returns why there
@@ -140,7 +123,8 @@ class EngineCore:
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         self.requests[req.rid] = req
-        req.speculative = self.spec is not None
+        if self.spec is not None:
+            self.spec.track(req)
         self.scheduler.add(req)
         self.counters.prompt_tokens += len(req.prompt_ids)
 
@@ -154,7 +138,7 @@ class EngineCore:
         if req is None or req.finished:
             return
         req.abort(error)
-        self._retire(req)
+        self.retire(req)
 
     def abort_all(self, error: str | None = None) -> None:
         for rid in list(self.requests):
@@ -162,14 +146,11 @@ class EngineCore:
 
     def has_work(self) -> bool:
         # A failed tensor-parallel group counts as work so an idle loop wakes up and step() reports it.
-        return self.scheduler.has_work() or bool(self._deferred) or (self.tp is not None and self.tp.failed) or (
-            self.pipeline is not None and self.pipeline.active)
+        return self.scheduler.has_work() or (self.tp is not None and self.tp.failed)
 
     def shutdown(self) -> None:
         """Release what outlives the loop thread: the mask worker and the other tensor-parallel ranks."""
         self.masks.shutdown()
-        if self.overlap is not None:
-            self.overlap.shutdown()
         if self.tp is not None:
             self.tp.shutdown()
 
@@ -180,45 +161,42 @@ class EngineCore:
         self.kv.flush()
         return True
 
-    # --- one step --------------------------------------------------------------------------------------
-    def step(self) -> list[Request]:
-        """Run one scheduling step; returns the requests whose output changed."""
+    # --- the phases of a step (serial.py, overlap.py and pipeline.py run them in their own order) ----------
+    def raise_if_ranks_failed(self) -> None:
+        """A tensor- or pipeline-parallel rank that died fails the step (and so the loop) loudly."""
         if self.tp is not None:
             self.tp.raise_if_failed()
-        if self.pipeline is not None:
-            return self.pipeline.step()  # pipeline parallelism: several steps in flight
-        if self.overlap is not None:
-            return self.overlap.step()
-        t0 = time.perf_counter()
-        plan = self.scheduler.schedule()
-        if not plan:
-            self.mark_idle()
-            return []
-        drafts = self._propose(plan)
-        rows = self.plan_rows(plan)
-        seqs = [self.seq_input(s, drafts.get(s.req)) for s in plan]
-        masks = self.start_masks(plan, drafts)
-        out = self.forward(seqs)
-        self.advance(rows, lag=False)
-        updated = self.finish_rows(rows, out, masks, drafts, defer=False)
-        self.count_step(plan, time.perf_counter() - t0)
-        self.counters.computed_tokens += sum(len(d.tokens) for d in drafts.values())
-        return updated
-
-    def start_masks(self, plan: list[ScheduledSeq], drafts: dict[Request, Draft]) -> PendingMasks:
-        """Start the grammar bitmask of the rows that sample this step (no drafts): on CUDA beside the forward, on
-        the CPU filled when the sampler takes it."""
-        sampling = [s.req for s in plan if self._will_sample(s) and s.req not in drafts]
-        return PendingMasks(sampling, self.masks.start([r.matcher for r in sampling], self.vocab_size))
 
     def mark_idle(self) -> None:
         """No step to run: the next forward starts a new busy stretch (no gap is counted before it)."""
         self._last_forward_end = None
 
-    def take_deferred(self) -> list[Sampled]:
-        """The tokens whose stop checks wait (see `_defer`), handed over once."""
-        taken, self._deferred = self._deferred, []
-        return taken
+    def plan_rows(self, plan: list[ScheduledSeq]) -> list[Row]:
+        return [Row(s, s.req.kv_len, self._wants_prompt_logprobs(s), s.completes_fill) for s in plan]
+
+    def propose(self, plan: list[ScheduledSeq]) -> dict[Request, Draft]:
+        """Draft tokens for this step's decode rows (those about to sample after one new token)."""
+        if self.spec is None:
+            return {}
+        rows = [s.req for s in plan if s.num_tokens == 1 and self._will_sample(s) and not self._wants_prompt_logprobs(s)]
+        return self.spec.propose(rows) if rows else {}
+
+    def start_masks(self, plan: list[ScheduledSeq]) -> PendingMasks:
+        """Start the grammar bitmask of the rows that sample this step: on CUDA beside the forward, on the CPU
+        filled when the sampler takes it."""
+        sampling = [s.req for s in plan if self._will_sample(s)]
+        return PendingMasks(sampling, self.masks.start([r.matcher for r in sampling], self.vocab_size))
+
+    def seq_input(self, s: ScheduledSeq) -> SeqInput:
+        req = s.req
+        ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
+        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
+
+    def verify_input(self, s: ScheduledSeq, draft: Draft) -> SeqInput:
+        """The last token and the drafts after it, every position's logits for verification."""
+        req = s.req
+        ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
+        return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True)
 
     def forward(self, seqs: list[SeqInput]) -> StepOutput:
         t1 = time.perf_counter()
@@ -230,86 +208,38 @@ class EngineCore:
         self.counters.model_time += self._last_forward_end - t1
         return out
 
-    def plan_rows(self, plan: list[ScheduledSeq]) -> list[Row]:
-        return [Row(s, s.req.kv_len, self._wants_prompt_logprobs(s), s.completes_fill) for s in plan]
-
-    def advance(self, rows: list[Row], lag: bool) -> None:
-        """Count the step's tokens as computed, share finished prefill chunks through the tree and, for the overlap
-        schedule (before the forward), count each sampling row's coming token as `lag`."""
+    def advance(self, rows: list[Row]) -> None:
+        """Count the step's tokens as computed and share finished prefill chunks through the tree."""
         for row in rows:
             req = row.req
             req.kv_len += row.seq.num_tokens
-            if req.finished:
-                continue
-            if row.seq.num_tokens > 1:
+            if not req.finished and row.seq.num_tokens > 1:
                 self.kv.cache_unfinished(req)  # let requests sharing this prompt reuse it from the next step
-            if lag and row.completes and req.params.max_new_tokens != 0:
-                req.lag = 1
 
-    def _propose(self, plan: list[ScheduledSeq]) -> dict[Request, Draft]:
-        """Draft tokens for this step's decode rows (those about to sample after one new token)."""
-        if self.spec is None:
-            return {}
-        rows = [s.req for s in plan if s.num_tokens == 1 and self._will_sample(s) and not self._wants_prompt_logprobs(s)]
-        return self.spec.propose(rows) if rows else {}
-
-    @staticmethod
-    def _will_sample(s: ScheduledSeq) -> bool:
-        """This step computes the request's last known token and a token is then sampled (see `finish_rows`)."""
-        return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
-
-    def seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput:
-        req = s.req
-        ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
-        if draft is not None:  # the last token and the drafts after it, every position's logits for verification
-            return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True)
-        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
-
-    def _wants_prompt_logprobs(self, s: ScheduledSeq) -> bool:
-        lp = s.req.logprobs
-        if not lp.return_logprob or lp.logprob_start_len < 0:
-            return False
-        return s.req.kv_len < len(s.req.prompt_ids) and s.req.kv_len + s.num_tokens > lp.logprob_start_len - 1
-
-    def count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
-        c = self.counters
-        c.steps += 1
-        c.step_time += elapsed
-        tokens = sum(s.num_tokens for s in plan)
-        c.computed_tokens += tokens
-        c.recent_step_tokens.append(tokens)  # bounded deque: no per-step list copy
-        if all(s.num_tokens == 1 for s in plan):
-            c.decode_steps += 1
-            c.decode_batch_tokens += tokens
-
-    def finish_rows(self, rows: list[Row], out: StepOutput, masks: PendingMasks,
-                     drafts: dict[Request, Draft], defer: bool) -> list[Request]:
-        """After the forward: prompt logprobs, then sample or verify the rows that completed their fill."""
-        to_sample: list[tuple[int, Request]] = []
-        to_verify: list[tuple[int, Request]] = []
+    def take_prompt_logprobs(self, rows: list[Row], out: StepOutput) -> None:
+        """Record the prompt logprobs of the rows whose logits give them."""
         for i, row in enumerate(rows):
-            req = row.req
             if row.prompt_logprobs:
                 start, count = out.row_start[i], out.row_count[i]
-                self._guard(req, record_prompt_logprobs, req, out.logits[start : start + count], row.first_pos)
+                self.guard(row.req, record_prompt_logprobs, row.req, out.logits[start : start + count], row.first_pos)
+
+    def sampling_rows(self, rows: list[Row]) -> list[tuple[int, Request]]:
+        """The rows (index, request) that get a next token; a prompt-only request that completed finishes."""
+        picked: list[tuple[int, Request]] = []
+        for i, row in enumerate(rows):
+            req = row.req
             if req.finished or not row.completes:
                 continue
             if req.params.max_new_tokens == 0:
                 req.finish(FinishReason(FinishType.LENGTH))  # prompt-only (e.g. prompt logprobs): no sampling
             else:
-                (to_verify if req in drafts else to_sample).append((i, req))
-        updated = self._sample(to_sample, out, masks, defer) if to_sample else []
-        if to_verify:
-            self._verify(to_verify, out, drafts)
-        for row in rows:
-            if row.req.finished:
-                self._retire(row.req)
-        return updated + [r for _, r in to_verify]
+                picked.append((i, req))
+        return picked
 
-    def _sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: PendingMasks,
-                defer: bool) -> list[Request]:
-        """Sample the rows' next tokens and append them; returns the requests appended to now. With `defer`, an
-        unconstrained request's token goes into its fill at once and its stop checks wait for the next step."""
+    def sample(self, rows: list[tuple[int, Request]], out: StepOutput, masks: PendingMasks) -> list[Sampled]:
+        """Sample the rows' next tokens (nothing is appended yet)."""
+        if not rows:
+            return []
         reqs = [r for _, r in rows]
         logits = out.last_rows([i for i, _ in rows])
         batch = SamplingBatch.build(
@@ -323,37 +253,52 @@ class EngineCore:
         bitmask = masks.take(reqs, self.vocab_size)
         result = self.sampler.sample(logits, batch, bitmask)
         next_ids = result.next_token_ids.tolist()
-        now: list[Request] = []
-        for j, req in enumerate(reqs):
-            req.lag = 0
-            if defer and req.matcher is None:  # a grammar's jump-forward changes the fill: those run now
-                self._defer(req, next_ids[j], result, j)
-            else:
-                self._guard(req, self._append_sampled, req, next_ids[j], result, j)
-                now.append(req)
-        return now
+        return [Sampled(req, next_ids[j], self._logprob_entry(req, next_ids[j], result, j))
+                for j, req in enumerate(reqs)]
 
-    def _defer(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
-        """Feed the token to the next step now; its output, logprob and stop checks follow beside that step."""
-        if req.first_token_time is None:
-            req.first_token_time = time.monotonic()
-        req.fill_ids.append(token)
-        self._deferred.append(Sampled(req, token, self._logprob_entry(req, token, result, row)))
-
-    def check_sampled(self, sampled: list[Sampled]) -> list[Request]:
-        """The deferred half of appending tokens (see `_defer`); retires the requests that finish."""
-        checked: list[Request] = []
+    def append_sampled(self, sampled: list[Sampled]) -> list[Request]:
+        """Append sampled tokens with their stop checks; returns the requests appended to."""
         for s in sampled:
-            if s.req.finished:
-                continue  # aborted since it was sampled
-            self._guard(s.req, self._append_token, s.req, s.token, s.logprob, True)
-            checked.append(s.req)
-            if s.req.finished:
-                self._retire(s.req)
-        return checked
+            self.guard(s.req, self.append_token, s.req, s.token, s.logprob)
+        return [s.req for s in sampled]
 
-    def _append_sampled(self, req: Request, token: int, result: SampleOutput, row: int) -> None:
-        self._append_token(req, token, self._logprob_entry(req, token, result, row))
+    def verify(self, rows: list[tuple[int, Request]], out: StepOutput, drafts: dict[Request, Draft]) -> list[Request]:
+        """Keep each speculating row's accepted drafts and the target's next token (spec/verify.py)."""
+        if not rows:
+            return []
+        vrows = [VerifyRow(req, drafts[req].tokens, out.logits[out.row_start[i] : out.row_start[i] + out.row_count[i]],
+                           drafts[req].bitmask) for i, req in rows]
+        verdicts = verify(self.sampler, vrows, self.vocab_size, self.eos_token_ids)
+        for (_, req), verdict in zip(rows, verdicts, strict=True):
+            self.guard(req, self._append_verified, req, drafts[req], verdict)
+        return [req for _, req in rows]
+
+    def retire_finished(self, rows: list[Row]) -> None:
+        for row in rows:
+            if row.req.finished:
+                self.retire(row.req)
+
+    def count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None:
+        c = self.counters
+        c.steps += 1
+        c.step_time += elapsed
+        tokens = sum(s.num_tokens for s in plan)
+        c.computed_tokens += tokens
+        c.recent_step_tokens.append(tokens)  # bounded deque: no per-step list copy
+        if all(s.num_tokens == 1 for s in plan):
+            c.decode_steps += 1
+            c.decode_batch_tokens += tokens
+
+    @staticmethod
+    def _will_sample(s: ScheduledSeq) -> bool:
+        """This step computes the request's last known token and a token is then sampled (see `sampling_rows`)."""
+        return s.completes_fill and not s.req.finished and s.req.params.max_new_tokens != 0
+
+    def _wants_prompt_logprobs(self, s: ScheduledSeq) -> bool:
+        lp = s.req.logprobs
+        if not lp.return_logprob or lp.logprob_start_len < 0:
+            return False
+        return s.req.kv_len < len(s.req.prompt_ids) and s.req.kv_len + s.num_tokens > lp.logprob_start_len - 1
 
     @staticmethod
     def _logprob_entry(req: Request, token: int, result: SampleOutput, row: int) -> Logprob | None:
@@ -361,9 +306,10 @@ class EngineCore:
             return None
         return float(result.logprobs[row]), token, [(v, i) for i, v in result.top_logprobs_of(row)]
 
-    def _append_token(self, req: Request, token: int, logprob: Logprob | None, in_fill: bool = False) -> list[int]:
+    # --- appending tokens ------------------------------------------------------------------------------
+    def append_token(self, req: Request, token: int, logprob: Logprob | None, in_fill: bool = False) -> list[int]:
         """Append one chosen token and what the grammar forces after it; returns the tokens appended. `in_fill`:
-        the (unconstrained) token is in fill_ids already (see `_defer`)."""
+        the (unconstrained) token is in fill_ids already (the overlap schedule fed it to the next step)."""
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
         if logprob is not None:
@@ -385,28 +331,20 @@ class EngineCore:
             req.finish(FinishReason(FinishType.STOP, tokens[-1]))
         return tokens
 
-    def _verify(self, rows: list[tuple[int, Request]], out: StepOutput, drafts: dict[Request, Draft]) -> None:
-        """Keep each speculating row's accepted drafts and the target's next token (spec/verify.py)."""
-        vrows = [VerifyRow(req, drafts[req].tokens, out.logits[out.row_start[i] : out.row_start[i] + out.row_count[i]],
-                           drafts[req].bitmask) for i, req in rows]
-        verdicts = verify(self.sampler, vrows, self.vocab_size, self.eos_token_ids)
-        for (_, req), verdict in zip(rows, verdicts, strict=True):
-            self._guard(req, self._append_verified, req, drafts[req], verdict)
-
     def _append_verified(self, req: Request, draft: Draft, verdict: Verdict) -> None:
         """Append a verification's tokens one by one, as plain decoding would have; stop where the request
         finishes or the grammar jumps forward (what follows was verified against other tokens)."""
         assert self.spec is not None  # only speculating engines verify
         kept = emitted = 0  # drafts still at the positions the forward computed; tokens appended
         for j, tok in enumerate(verdict.tokens):
-            appended = self._append_token(req, tok, verdict.logprobs[j] if verdict.logprobs else None)
+            appended = self.append_token(req, tok, verdict.logprobs[j] if verdict.logprobs else None)
             emitted += len(appended)
             kept += int(j < verdict.accepted and appended[0] == tok)
             if req.finished or appended != [tok]:
                 break
         self.spec.settle(req, draft, verdict.accepted, emitted, kept)
 
-    def _guard(self, req: Request, fn, *args) -> None:
+    def guard(self, req: Request, fn, *args) -> None:
         """Run one request's post-processing; an exception fails that request only."""
         try:
             fn(*args)
@@ -419,7 +357,7 @@ class EngineCore:
             self.counters.request_errors += 1
             req.abort(f"internal error while processing the request: {type(e).__name__}")
 
-    def _retire(self, req: Request) -> None:
+    def retire(self, req: Request) -> None:
         """Take a finished request out and deliver its result, once (the overlap schedule may meet it twice)."""
         if req.status is not RequestStatus.FINISHED or self.requests.get(req.rid) is not req:
             return

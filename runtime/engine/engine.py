@@ -1,8 +1,8 @@
 """`sprig.Engine`: the thread-safe front of the engine core, with sync, async and streaming generation.
 
-A background thread runs the core's step loop. Callers on any thread or asyncio loop submit requests through an
-inbox; each call's requests report back through its own bounded `DeltaChannel` (request.py), so callers never
-touch engine state. The engine sends deltas; the streams here build the cumulative dicts on the caller's side.
+A background thread runs the step loop of the schedule the core chose (`start_loop`). Callers on any thread or
+asyncio loop submit requests through an inbox; each call's requests report back through its own bounded
+`DeltaChannel` (request.py), so callers never touch engine state. The engine sends deltas; the streams here build the cumulative dicts on the caller's side.
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.overlap import OverlapLoop
+from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import DeltaChannel, LogprobOptions, Request, StepDelta, take_delta
 from sprig.runtime.engine.sampling_params import CONSTRAINTS, NATIVE_NAMES, FieldNames, SamplingParams
+from sprig.runtime.engine.schedule import Schedule
+from sprig.runtime.engine.serial import SerialLoop
 from sprig.runtime.engine.stop_checker import StopChecker
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
 from sprig.runtime.engine.summary import engine_facts, engine_stats
@@ -44,6 +48,16 @@ logger = logging.getLogger(__name__)
 MAX_BATCH_PROMPTS = 4096
 MAX_TOP_LOGPROBS = 20
 MAX_PRIORITY = 2**31 - 1  # SGLang's int32 range; larger values would only reorder the same way
+
+StepLoop = SerialLoop | OverlapLoop | PipelineLoop
+
+
+def start_loop(core: EngineCore) -> StepLoop:
+    """The step loop of the schedule the core chose at start."""
+    schedule = core.schedule.schedule
+    if schedule is Schedule.PIPELINE:
+        return PipelineLoop(core, core.config.pp_size)
+    return OverlapLoop(core) if schedule is Schedule.OVERLAP else SerialLoop(core)
 
 
 class Engine:
@@ -58,14 +72,14 @@ class Engine:
         self._ids = itertools.count()
         self.loop_error: str | None = None
         self.last_heartbeat = time.monotonic()
-        built: Future[EngineCore] = Future()
+        built: Future[tuple[EngineCore, StepLoop]] = Future()
         # The loop thread builds the core too: it is then the process's only OpenMP master. A second thread's
         # pool of workers makes libgomp count more threads than cores, and it then stops spinning between parallel
         # regions (every kernel wakes its workers through the OS): measured 2x slower decode on two cores.
         self._thread = threading.Thread(target=self._build_and_loop, args=(built,), name="sprig-engine",
                                         daemon=True)
         self._thread.start()
-        self.core = built.result()  # re-raises a load error (a CheckpointError) here, in the caller's thread
+        self.core, self.loop = built.result()  # re-raises a load error (a CheckpointError) here, in this thread
         self.tokenizer = self.core.tokenizer
         self.model_config = self.core.model_config
 
@@ -87,26 +101,28 @@ class Engine:
             self._cv.notify_all()
         self._thread.join(timeout=30)
         self.core.grammar.shutdown()
+        self.loop.shutdown()
         self.core.shutdown()
 
     @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.loop_error is None
 
-    def _build_and_loop(self, built: Future[EngineCore]) -> None:
+    def _build_and_loop(self, built: Future[tuple[EngineCore, StepLoop]]) -> None:
         try:
             self.core = EngineCore(self.config)
+            self.loop = start_loop(self.core)
         except BaseException as e:  # handed to the constructor, which raises it
             built.set_exception(e)
             return
-        built.set_result(self.core)
+        built.set_result((self.core, self.loop))
         self._loop()
 
     def _loop(self) -> None:
         try:
             while True:
                 with self._cv:
-                    while not self._inbox and not self.core.has_work() and not self._stopping:
+                    while not self._inbox and not self.loop.has_work() and not self._stopping:
                         self.last_heartbeat = time.monotonic()
                         self._cv.wait(timeout=1.0)
                     ops = list(self._inbox)
@@ -115,7 +131,8 @@ class Engine:
                         return
                 for op in ops:
                     op()
-                updated = self.core.step()
+                self.core.raise_if_ranks_failed()
+                updated = self.loop.step()
                 self.core.notify(updated)
                 self.last_heartbeat = time.monotonic()
         except BaseException as e:  # a device fault or bug: fail every request loudly, never hang them
@@ -189,7 +206,7 @@ class Engine:
         return len(self.core.scheduler.running), len(self.core.scheduler.waiting)
 
     def has_work(self) -> bool:
-        return self.core.has_work()
+        return self.loop.has_work()
 
     def facts(self) -> list[tuple[str, str]]:
         """What the server prints at start: model, precision, kernels, KV pool, cache, parallelism."""

@@ -3,7 +3,7 @@
 As in SGLang, micro-batches are formed across steps: each step schedules only requests without a step in flight
 (`Scheduler.schedule(exclude=...)`), at most a `1 / pp_size` share of the active requests, and launches it
 (rank 0 runs stage 0 and hands it on); once `pp_size` steps are in flight, or nothing new could be scheduled, the
-oldest is collected and processed like any step (`EngineCore.finish_rows`). An in-flight request is never
+oldest is collected and processed like any step (the core's phases from `EngineCore.advance` on). An in-flight request is never
 re-scheduled, preempted or counted out: its KV length and pages stay as they were when its step was launched
 until that step is collected.
 
@@ -19,9 +19,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.scheduler import ScheduledSeq
-from sprig.runtime.engine.steps import StepHost
 from sprig.runtime.model.runner import StepHandle, StepOutput
 
 
@@ -32,10 +32,10 @@ class _Launched:
     launch_s: float  # the time launching took (stage 0's forward on rank 0)
 
 
-class PipelinedSteps:
+class PipelineLoop:
     """Drives `core`'s scheduler and runner with up to `depth` steps in flight."""
 
-    def __init__(self, core: StepHost, depth: int) -> None:
+    def __init__(self, core: EngineCore, depth: int) -> None:
         self.core = core
         self.depth = depth
         self.in_flight: deque[_Launched] = deque()
@@ -43,9 +43,8 @@ class PipelinedSteps:
         self.peak_in_flight = 0  # most steps ever in flight together (tests, benchmarks)
         self.dropped_rows = 0  # rows of requests aborted while their step was in flight
 
-    @property
-    def active(self) -> bool:
-        return bool(self.in_flight)
+    def has_work(self) -> bool:
+        return self.core.has_work() or bool(self.in_flight)
 
     def step(self) -> list[Request]:
         """Launch a micro-batch if there is room and work; collect the oldest when full or out of work."""
@@ -85,9 +84,14 @@ class PipelinedSteps:
         core.counters.model_time += elapsed
         if not plan:
             return []
-        masks = core.start_masks(plan, {})
+        masks = core.start_masks(plan)
         rows = core.plan_rows(plan)  # why: KV lengths advance only now, when the step's output is in
-        core.advance(rows, lag=False)
-        updated = core.finish_rows(rows, out, masks, {}, defer=False)
+        core.advance(rows)
+        core.take_prompt_logprobs(rows, out)
+        updated = core.append_sampled(core.sample(core.sampling_rows(rows), out, masks))
+        core.retire_finished(rows)
         core.count_step(plan, time.perf_counter() - t0 + launched.launch_s)
         return updated
+
+    def shutdown(self) -> None:
+        """Nothing of its own to release (the ranks belong to the core)."""

@@ -24,6 +24,7 @@ from sprig.radix import TreeNode
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine.penalties import TokenHistory
 from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.spec.tally import SpecTally
 from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
 
 
@@ -41,6 +42,14 @@ class LogprobOptions:
     return_logprob: bool = False
     logprob_start_len: int = -1  # first prompt position whose logprob is returned; -1 = none of the prompt
     top_logprobs_num: int = 0
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a request's first admission found cached (reported in its meta_info)."""
+
+    cached_tokens: int  # prompt tokens served from the cache
+    host_tokens: int | None  # of those, loaded from the host tier (None: the engine has no tier)
 
 
 @dataclass(eq=False)
@@ -63,11 +72,8 @@ class Request:
     pages: list[int] = field(default_factory=list)
     kv_len: int = 0
     cached_len: int = 0
-    lag: int = 0  # overlap schedule: a token an in-flight step will sample, counted in num_fill before it is known
     node: TreeNode | None = None
-    cached_tokens: int = 0  # prompt tokens served from the cache at first admission (reported)
-    cached_host_tokens: int | None = None  # of those, loaded from the host tier (None: the engine has no tier)
-    admitted: bool = False
+    admission: Admission | None = None  # set by the first admission
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
     error: str | None = None
@@ -83,10 +89,7 @@ class Request:
     reported_ids: int = 0
     reported_output_logprobs: int = 0
     reported_input_logprobs: int = 0
-    # Speculative decoding (reported in meta_info when the engine speculates): verifications, tokens they added.
-    speculative: bool = False
-    spec_verify_ct: int = 0
-    spec_emitted_tokens: int = 0
+    spec: SpecTally | None = None  # the speculator's figures of this request (None: the engine does not speculate)
     # The waiting queue's last prefix match: (tree version, fill length, matched tokens).
     prefix_memo: tuple[int, int, int] = (-1, -1, 0)
     fill_ids: list[int] = field(init=False)  # prompt + output as one list, grown by `append_output`
@@ -107,12 +110,17 @@ class Request:
 
     @property
     def num_fill(self) -> int:
-        return len(self.fill_ids) + self.lag
+        return len(self.fill_ids)
 
     @property
     def is_prefilling(self) -> bool:
         """More than one token still lacks KV (a decode step computes exactly one)."""
         return self.num_fill - self.kv_len > 1
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the cache at first admission."""
+        return self.admission.cached_tokens if self.admission is not None else 0
 
     @property
     def finished(self) -> bool:
@@ -193,12 +201,11 @@ def _meta(req: Request, finished: bool) -> dict[str, Any]:
         "finish_reason": finish,
         "e2e_latency": end - req.arrival,
     }
-    if req.cached_host_tokens is not None:  # with a host tier: the cached tokens by tier
-        host = req.cached_host_tokens
+    host = req.admission.host_tokens if req.admission is not None else None
+    if host is not None:  # with a host tier: the cached tokens by tier
         meta["cached_tokens_details"] = {"device": req.cached_tokens - host, "host": host}
-    if req.speculative:  # SGLang's names: verify forwards, and tokens added per verify forward
-        meta["spec_verify_ct"] = req.spec_verify_ct
-        meta["spec_accept_length"] = req.spec_emitted_tokens / req.spec_verify_ct if req.spec_verify_ct else 0.0
+    if req.spec is not None:
+        meta.update(req.spec.meta())
     return meta
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from sprig.radix import RadixCache
 from sprig.runtime.engine.kv_cache import KVCacheManager
-from sprig.runtime.engine.request import Request, RequestStatus
+from sprig.runtime.engine.request import Admission, Request, RequestStatus
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +81,12 @@ class Scheduler:
         self.kv.release(req, cache=req.kv_len > 0)
 
     # --- one step --------------------------------------------------------------------------------------
-    def schedule(self, exclude: AbstractSet[Request] = frozenset(), limit: int | None = None) -> list[ScheduledSeq]:
+    def schedule(self, exclude: AbstractSet[Request] = frozenset(), limit: int | None = None,
+                 coming: AbstractSet[Request] = frozenset()) -> list[ScheduledSeq]:
         """The next step's sequences. `exclude`: running requests with a step in flight (pipeline parallelism):
-        they are neither scheduled, preempted nor counted out of the batch; `limit`: sequences in the step at most.
-        The defaults schedule every request (a plain engine)."""
+        they are neither scheduled, preempted nor counted out of the batch; `limit`: sequences in the step at most;
+        `coming`: requests whose next token the step in flight is sampling (the overlap schedule plans beside it):
+        one this plan preempts is not resumed by it. The defaults schedule every request (a plain engine)."""
         cap = self.config.max_running_requests if limit is None else limit
         alternate = not self.config.mixed_chunk
         decode_turn = alternate and self._last_step_prefilled
@@ -101,7 +103,7 @@ class Scheduler:
                 plan.append(ScheduledSeq(req, n))
                 budget -= n
         if budget > 0 and len(plan) < cap:
-            plan.extend(self._admit(budget, cap - len(plan)))
+            plan.extend(self._admit(budget, cap - len(plan), coming))
         self._last_step_prefilled = any(s.num_tokens > 1 or not s.req.output_ids for s in plan)
         if alternate and not plan:
             plan = self._schedule_decodes(exclude, cap)  # nothing to prefill: decode now rather than idle a step
@@ -171,14 +173,14 @@ class Scheduler:
             req.prefix_memo = (tree.version, req.num_fill, matched)
         return matched
 
-    def _admit(self, budget: int, room: int) -> list[ScheduledSeq]:
+    def _admit(self, budget: int, room: int, coming: AbstractSet[Request]) -> list[ScheduledSeq]:
         plan: list[ScheduledSeq] = []
         reserved = sum(self._future_tokens(r) for r in self.running)
         in_batch = RadixCache(page_size=1)  # uncached prompts admitted this step, to spot shared prefixes
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests or len(plan) >= room:
                 break
-            if req.lag:
+            if req in coming:
                 continue  # preempted while its step was in flight: its last token is not known yet
             hit = self.kv.match(req, self._match_limit(req))
             uncached = req.fill_ids[req.kv_len :]
@@ -196,10 +198,8 @@ class Scheduler:
             self.running.append(req)
             req.status = RequestStatus.RUNNING
             self.kv.count_hit(hit)
-            if not req.admitted:
-                req.admitted = True
-                req.cached_tokens = req.kv_len
-                req.cached_host_tokens = hit.host if self.kv.host is not None else None
+            if req.admission is None:
+                req.admission = Admission(req.kv_len, hit.host if self.kv.host is not None else None)
             plan.append(ScheduledSeq(req, n))
             budget -= n
         return plan

@@ -1,19 +1,13 @@
-"""What the engine's step drivers share: a step's rows, tokens whose stop checks wait, the counters, and the
-interface of the core they drive (`StepHost`: `EngineCore` is one). Steps one after another live in the core;
-`overlap.py` and `pipeline.py` drive the same core with a step beside the forward or several in flight.
-"""
+"""What the step loops (`serial.py`, `overlap.py`, `pipeline.py`) and the core's phases pass each other: a step's
+rows, its sampled tokens, and the engine's counters."""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from sprig.runtime.engine.constraints import PendingMasks
 from sprig.runtime.engine.request import Logprob, Request
-from sprig.runtime.engine.scheduler import ScheduledSeq, Scheduler
-from sprig.runtime.engine.spec.speculator import Draft
-from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
+from sprig.runtime.engine.scheduler import ScheduledSeq
 
 
 @dataclass
@@ -52,29 +46,8 @@ class Row:
 
 @dataclass(frozen=True)
 class Sampled:
-    """A token the overlap schedule fed to the next step before running its stop checks (done beside that step)."""
+    """A sampled token and its logprob entry, before it is appended (the overlap schedule appends it one step later)."""
 
     req: Request
     token: int
     logprob: Logprob | None
-
-
-class StepHost(Protocol):
-    """The core's parts a step driver uses: scheduling, the runner, and each phase of a step."""
-
-    scheduler: Scheduler
-    runner: ModelRunner
-    counters: EngineCounters
-
-    def seq_input(self, s: ScheduledSeq, draft: Draft | None = None) -> SeqInput: ...
-    def start_masks(self, plan: list[ScheduledSeq], drafts: dict[Request, Draft]) -> PendingMasks: ...
-    def plan_rows(self, plan: list[ScheduledSeq]) -> list[Row]: ...
-    def advance(self, rows: list[Row], lag: bool) -> None: ...
-    def forward(self, seqs: list[SeqInput]) -> StepOutput: ...
-    def finish_rows(self, rows: list[Row], out: StepOutput, masks: PendingMasks, drafts: dict[Request, Draft],
-                    defer: bool) -> list[Request]: ...
-    def count_step(self, plan: list[ScheduledSeq], elapsed: float) -> None: ...
-    def check_sampled(self, sampled: list[Sampled]) -> list[Request]: ...
-    def take_deferred(self) -> list[Sampled]: ...
-    def notify(self, updated: list[Request]) -> None: ...
-    def mark_idle(self) -> None: ...

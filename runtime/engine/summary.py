@@ -36,7 +36,7 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("attention backend", f"{ops} ({backend_reason(ops, cfg.attention_backend, cfg.device)})"),
         ("linear kernels", core.model.linear_kernels),
         ("decode graphs", _graphs_fact(core)),
-        ("overlap schedule", "on" if core.overlap_off is None else f"off ({core.overlap_off})"),
+        ("overlap schedule", _overlap_fact(core.schedule.overlap_off)),
         ("threads", threads),
         ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
@@ -46,6 +46,10 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("pipeline parallel", _stages_fact(core)),
         ("speculative", _speculative_fact(cfg)),
     ]
+
+
+def _overlap_fact(off: str | None) -> str:
+    return "on" if off is None else f"off ({off})"
 
 
 def _stages_fact(core: EngineCore) -> str:

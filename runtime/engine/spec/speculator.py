@@ -23,6 +23,7 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.kv_cache import KVCacheManager
 from sprig.runtime.engine.request import Request
 from sprig.runtime.engine.spec.adaptive import AcceptanceHistory, DraftLength
+from sprig.runtime.engine.spec.tally import SpecTally
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class Speculator:
     _lengths: dict[str, DraftLength] = field(default_factory=dict)
     _history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
 
+    def track(self, req: Request) -> None:
+        """Give a new request its tally of verifications."""
+        req.spec = SpecTally()
+
     def propose(self, reqs: Sequence[Request]) -> dict[Request, Draft]:
         """Drafts for the given decode rows (those that get none are left out), their KV pages reserved."""
         wanted: list[Request] = []
@@ -131,8 +136,9 @@ class Speculator:
         c.proposed_tokens += len(draft.tokens)
         c.accepted_tokens += accepted
         c.emitted_tokens += emitted
-        req.spec_verify_ct += 1
-        req.spec_emitted_tokens += emitted
+        assert req.spec is not None  # tracked when it was added
+        req.spec.verify_ct += 1
+        req.spec.emitted_tokens += emitted
         self._length(req).record(len(draft.tokens), accepted)
         self._history.record(accepted)
         req.kv_len += computed_kept  # why: valid even when the request just finished; release caches it
