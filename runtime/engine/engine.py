@@ -25,6 +25,7 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.gauges import EngineGauges, read_gauges
 from sprig.runtime.engine.generate_request import (
     GenerateRequest,
     PreparedCall,
@@ -190,6 +191,10 @@ class Engine:
 
     def has_work(self) -> bool:
         return self.core.has_work()
+
+    def gauges(self) -> EngineGauges:
+        """Load, KV and cache figures for monitoring: racy reads from any thread, never waiting for the engine."""
+        return read_gauges(self.core)
 
     def facts(self) -> list[tuple[str, str]]:
         """What the server prints at start: model, precision, kernels, KV pool, cache, parallelism."""
