@@ -41,6 +41,7 @@ class LoadResult:
     ok: int
     failed: int
     output_tokens: int
+    started: float  # time.time() when the streams were opened
     seconds: float
     first_error: str | None
 
@@ -71,11 +72,11 @@ def probe_once(host: str, port: int) -> tuple[float, int]:
 
 
 def prober(host: str, port: int, stop: mp.Event, out: mp.Queue) -> None:
-    """Probe every PROBE_PERIOD_S until `stop`; send the (seconds, status) list back."""
+    """Probe every PROBE_PERIOD_S until `stop`; send the (time.time() at the start, seconds, status) list back."""
     samples = []
     next_at = time.perf_counter()
     while not stop.is_set():
-        samples.append(probe_once(host, port))
+        samples.append((time.time(), *probe_once(host, port)))
         next_at += PROBE_PERIOD_S
         time.sleep(max(0.0, next_at - time.perf_counter()))
         next_at = max(next_at, time.perf_counter() - PROBE_PERIOD_S)  # why: a slow probe does not cause a burst
@@ -102,13 +103,13 @@ async def run_load(url: str, streams: int, max_tokens: int) -> LoadResult:
 
     limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=streams + 8)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(1800.0)) as client:
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         results = await asyncio.gather(*(one_stream(client, i, max_tokens) for i in range(streams)),
                                        return_exceptions=True)
         seconds = time.perf_counter() - start
     errors = [r for r in results if isinstance(r, BaseException)]
     tokens = sum(r for r in results if isinstance(r, int))
-    return LoadResult(streams - len(errors), len(errors), tokens, seconds,
+    return LoadResult(streams - len(errors), len(errors), tokens, started, seconds,
                       repr(errors[0])[:200] if errors else None)
 
 
@@ -142,9 +143,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(samples: list[tuple[float, int]], load: LoadResult, streams: int, max_tokens: int) -> None:
-    seconds = [s for s, _ in samples]
-    bad = sum(1 for _, status in samples if status != 200)
+def report(samples: list[tuple[float, float, int]], load: LoadResult, streams: int, max_tokens: int) -> None:
+    seconds = [s for _, s, _ in samples]
+    bad = sum(1 for _, _, status in samples if status != 200)
     print(f"\n{streams} streams x {max_tokens} tokens: {load.ok} ok, {load.failed} failed"
           + (f" (first: {load.first_error})" if load.first_error else ""))
     print("| probes | p50 ms | p99 ms | max ms | > 1 s | not 200 | output tok/s | load s |")
@@ -152,6 +153,9 @@ def report(samples: list[tuple[float, int]], load: LoadResult, streams: int, max
     print(f"| {len(seconds)} | {1000 * statistics.median(seconds):.1f} | {1000 * percentile(seconds, 0.99):.1f} "
           f"| {1000 * max(seconds):.1f} | {sum(s > 1.0 for s in seconds)} | {bad} "
           f"| {load.output_tokens / load.seconds:.0f} | {load.seconds:.1f} |")
+    slowest = sorted(samples, key=lambda s: -s[1])[:5]
+    print("slowest probes (ms at seconds after the streams opened):",
+          ", ".join(f"{1000 * s:.0f} at {at - load.started:.1f}" for at, s, _ in slowest))
 
 
 def main() -> int:
