@@ -1,7 +1,9 @@
-"""`/health` and `/metrics` never wait behind engine work, and the metrics come through `Engine.gauges()` alone.
+"""`/health` and `/metrics` never wait behind engine work, and the engine wakes a loop's readers in batches.
 
-The 1,000-stream measurement itself is a benchmark (benchmarks/health_under_load.py); these are its cheap,
-deterministic parts.
+The 1,000-stream measurement itself is a benchmark (benchmarks/health_under_load.py); these are the cheap,
+deterministic parts of it: the probe routes read racy engine figures and never queue behind the engine thread,
+the metrics come through `Engine.gauges()` alone, and one engine step that reports to many streams schedules one
+callback on their event loop, not one per stream.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import threading
 from types import SimpleNamespace
 
 import httpx
+import pytest
 
 from sprig.runtime.engine.engine import Engine
 from sprig.runtime.engine.gauges import EngineGauges, HiCacheGauges, SpecGauges
+from sprig.runtime.engine.request import EMPTY_META, DeltaChannel, LoopWaker, StepDelta
 from sprig.runtime.server.app import create_app
 from sprig.runtime.server.state import ServerSettings
 
@@ -70,3 +74,66 @@ def test_metrics_read_the_engine_through_its_public_gauges_only():
                  'sprig_preemptions_by_mode_total{mode="recompute"} 2.0',
                  'sprig_hicache_fallbacks_total{reason="host_full"} 4.0', "sprig_hicache_host_tokens 11.0"):
         assert line in text, line
+
+
+def _delta(index: int) -> StepDelta:
+    return StepDelta(index, [index], [f"<{index}>"], [], [], EMPTY_META, False)
+
+
+def test_one_step_reporting_to_many_streams_schedules_one_callback_on_their_loop():
+    loop = asyncio.new_event_loop()
+    calls = []
+    schedule = loop.call_soon_threadsafe
+
+    def counted(callback, *args):
+        calls.append(callback)
+        return schedule(callback, *args)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        waker = LoopWaker(loop)
+
+        async def read_all() -> list[list[StepDelta]]:
+            channels = [DeltaChannel(waker) for _ in range(1000)]
+            reporter = threading.Thread(target=lambda: [c.put(_delta(i)) for i, c in enumerate(channels)])
+            reporter.start()  # the engine thread, while this loop is busy (it is: this coroutine runs)
+            reporter.join()
+            return await asyncio.gather(*(c.take_async() for c in channels))
+
+        taken = loop.run_until_complete(read_all())
+    finally:
+        loop.close()
+    assert len(calls) == 1
+    assert [[d.ids for d in batch] for batch in taken] == [[[i]] for i in range(1000)]
+
+
+def test_a_closed_loop_fails_every_later_put():
+    loop = asyncio.new_event_loop()
+    waker = LoopWaker(loop)
+    channels = [DeltaChannel(waker) for _ in range(2)]
+    loop.close()
+    for i, channel in enumerate(channels):  # each caller learns it: the engine then aborts its request
+        with pytest.raises(ConnectionError, match="event loop is closed"):
+            channel.put(_delta(i))
+
+
+def test_the_start_up_heap_is_frozen_once_the_model_loads():
+    """A full garbage collection would walk everything start-up built while holding the GIL, stalling /health."""
+    import gc
+
+    engine = SimpleNamespace(gauges=_gauges, is_alive=True, has_work=lambda: False, last_heartbeat=0.0,
+                             shutdown=lambda: None)
+    app = create_app(ServerSettings(), engine_factory=lambda: engine)
+
+    async def load() -> int:
+        async with app.router.lifespan_context(app):
+            while app.state.sprig.engine is None:
+                await asyncio.sleep(0.01)
+            return gc.get_freeze_count()
+
+    gc.unfreeze()
+    try:
+        assert asyncio.run(load()) > 0
+        assert gc.get_freeze_count() == 0  # thawed at shutdown: nothing is left unfreed at exit
+    finally:
+        gc.unfreeze()

@@ -25,7 +25,7 @@ def _delta(index: int, ids: list[int], finished: bool = False) -> StepDelta:
 
 
 def test_a_channel_merges_unread_deltas_per_sequence() -> None:
-    channel = DeltaChannel(loop=None)
+    channel = DeltaChannel(waker=None)
     for step in range(100):
         channel.put(_delta(step % 2, [step]))
     assert channel.pending_deltas == 2  # one per sequence, not one per step

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -33,7 +34,14 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
-from sprig.runtime.engine.request import DeltaChannel, LogprobOptions, Request, StepDelta, take_delta
+from sprig.runtime.engine.request import (
+    DeltaChannel,
+    LogprobOptions,
+    LoopWaker,
+    Request,
+    StepDelta,
+    take_delta,
+)
 from sprig.runtime.engine.sampling_params import CONSTRAINTS, NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.stop_checker import StopChecker
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
@@ -59,6 +67,7 @@ class Engine:
         self._ids = itertools.count()
         self.loop_error: str | None = None
         self.last_heartbeat = time.monotonic()
+        self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()
         built: Future[EngineCore] = Future()
         # The loop thread builds the core too: it is then the process's only OpenMP master. A second thread's
         # pool of workers makes libgomp count more threads than cores, and it then stops spinning between parallel
@@ -313,13 +322,20 @@ class Engine:
     def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
         self._attach_matchers(call)
         reqs = list(call.requests)
-        channel = DeltaChannel(loop)
+        channel = DeltaChannel(None if loop is None else self._waker(loop))
         for index, req in enumerate(reqs):
             req.on_update = _reporter(channel, index, stream)
         if len(self.core.scheduler.waiting) + len(reqs) > self.config.max_queued_requests:
             raise RequestError("too many queued requests", code="queue_full")
         self._post(lambda: self.core.add_requests(reqs))
         return channel
+
+    def _waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The one waker of `loop` (called on that loop's thread)."""
+        waker = self._wakers.get(loop)
+        if waker is None:
+            waker = self._wakers[loop] = LoopWaker(loop)
+        return waker
 
     # --- public API ------------------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
