@@ -7,23 +7,25 @@ sequence, whose size is the output produced since it last read.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
 from sprig.runtime.engine.engine import Engine
-from sprig.runtime.engine.request import DeltaChannel, StepDelta
+from sprig.runtime.engine.request import EMPTY_META, DeltaChannel, StepDelta
 
 STALL_S = 10.0
 MAX_NEW = 1500
 
 
 def _delta(index: int, ids: list[int], finished: bool = False) -> StepDelta:
-    return StepDelta(index, ids, [f"<{i}>" for i in ids], [], [], {"completion_tokens": len(ids)}, finished)
+    return StepDelta(index, ids, [f"<{i}>" for i in ids], [], [],
+                     dataclasses.replace(EMPTY_META, completion_tokens=len(ids)), finished)
 
 
 def test_a_channel_merges_unread_deltas_per_sequence() -> None:
-    channel = DeltaChannel(loop=None)
+    channel = DeltaChannel(waker=None)
     for step in range(100):
         channel.put(_delta(step % 2, [step]))
     assert channel.pending_deltas == 2  # one per sequence, not one per step
@@ -73,3 +75,23 @@ def test_a_stalled_reader_holds_only_its_unread_output_while_others_stream(tiny_
               f" items max {max(i for _, i in samples)} (bound {3 * MAX_NEW}); {len(others)} other streams at "
               f"{min(others):.0f}-{max(others):.0f} tok/s (median {sorted(others)[len(others) // 2]:.0f}; alone before "
               f"the stall: median {sorted(alone)[len(alone) // 2]:.0f})")
+
+
+def test_sequence_meta_is_typed_and_keeps_the_meta_info_shape() -> None:
+    from sprig.runtime.engine.request import SequenceMeta
+    from sprig.runtime.engine.stop_checker import FinishReason, FinishType
+
+    running = SequenceMeta("r", 5, 2, 3, None, 0.5, cached_host_tokens=1)
+    assert not running.finished and running.finish_type is None and running.failure is None
+    assert running.to_dict() == {"id": "r", "prompt_tokens": 5, "completion_tokens": 2, "cached_tokens": 3,
+                                 "finish_reason": None, "e2e_latency": 0.5,
+                                 "cached_tokens_details": {"device": 2, "host": 1}}
+    failed = SequenceMeta("r", 5, 2, 0, FinishReason(FinishType.ABORT), 0.5, error="engine failure: OSError",
+                          spec_verify_ct=2, spec_accept_length=1.5)
+    assert failed.failure == "engine failure: OSError"
+    assert failed.to_dict()["finish_reason"] == {"type": "abort", "matched": None, "message": "engine failure: OSError"}
+    assert (failed.to_dict()["spec_verify_ct"], failed.to_dict()["spec_accept_length"]) == (2, 1.5)
+    shutdown = running.aborted()  # shutdown's abort is not an engine failure (no 500)
+    assert shutdown.finish_type == "abort" and shutdown.failure is None and shutdown.prompt_tokens == 5
+    stopped = SequenceMeta("r", 5, 2, 0, FinishReason(FinishType.STOP, 7), 0.5)
+    assert stopped.finish_type == "stop" and stopped.to_dict()["finish_reason"] == {"type": "stop", "matched": 7}

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -25,6 +26,7 @@ from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.gauges import EngineGauges, read_gauges
 from sprig.runtime.engine.generate_request import (
     GenerateRequest,
     PreparedCall,
@@ -34,7 +36,14 @@ from sprig.runtime.engine.generate_request import (
 )
 from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
-from sprig.runtime.engine.request import DeltaChannel, LogprobOptions, Request, StepDelta, take_delta
+from sprig.runtime.engine.request import (
+    DeltaChannel,
+    LogprobOptions,
+    LoopWaker,
+    Request,
+    StepDelta,
+    take_delta,
+)
 from sprig.runtime.engine.sampling_params import CONSTRAINTS, NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
@@ -72,6 +81,7 @@ class Engine:
         self._ids = itertools.count()
         self.loop_error: str | None = None
         self.last_heartbeat = time.monotonic()
+        self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()
         built: Future[tuple[EngineCore, StepLoop]] = Future()
         # The loop thread builds the core too: it is then the process's only OpenMP master. A second thread's
         # pool of workers makes libgomp count more threads than cores, and it then stops spinning between parallel
@@ -208,6 +218,10 @@ class Engine:
     def has_work(self) -> bool:
         return self.loop.has_work()
 
+    def gauges(self) -> EngineGauges:
+        """Load, KV and cache figures for monitoring: racy reads from any thread, never waiting for the engine."""
+        return read_gauges(self.core)
+
     def facts(self) -> list[tuple[str, str]]:
         """What the server prints at start: model, precision, kernels, KV pool, cache, parallelism."""
         return engine_facts(self.core)
@@ -325,13 +339,20 @@ class Engine:
     def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
         self._attach_matchers(call)
         reqs = list(call.requests)
-        channel = DeltaChannel(loop)
+        channel = DeltaChannel(None if loop is None else self._waker(loop))
         for index, req in enumerate(reqs):
             req.on_update = _reporter(channel, index, stream)
         if len(self.core.scheduler.waiting) + len(reqs) > self.config.max_queued_requests:
             raise RequestError("too many queued requests", code="queue_full")
         self._post(lambda: self.core.add_requests(reqs))
         return channel
+
+    def _waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The one waker of `loop` (called on that loop's thread)."""
+        waker = self._wakers.get(loop)
+        if waker is None:
+            waker = self._wakers[loop] = LoopWaker(loop)
+        return waker
 
     # --- public API ------------------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,

@@ -12,6 +12,7 @@ dict (docs/architecture.md, "The result dict") fold the deltas with a `StreamAcc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -143,6 +144,61 @@ class Request:
         self.finish(FinishReason(FinishType.ABORT), error)
 
 
+@dataclass(frozen=True)
+class SequenceMeta:
+    """A sequence's latest scalar meta_info (counts, finish reason, latency): the result dict's `meta_info` without
+    the logprobs; `to_dict` gives SGLang's names (docs/architecture.md, "The result dict")."""
+
+    id: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    finish_reason: FinishReason | None  # None while the sequence runs
+    e2e_latency: float
+    error: str | None = None  # why the engine aborted it (a device fault, a bug): `finish_reason.message`
+    cached_host_tokens: int | None = None  # of `cached_tokens`, loaded from the host tier (None: no tier)
+    spec_verify_ct: int | None = None  # speculative decoding: verify forwards (None: the engine does not speculate)
+    spec_accept_length: float | None = None  # tokens added per verify forward
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def finish_type(self) -> str | None:
+        """"stop", "length" or "abort"; None while the sequence runs."""
+        return None if self.finish_reason is None else self.finish_reason.type.value
+
+    @property
+    def failure(self) -> str | None:
+        """The engine's message when it aborted the sequence for a fault (the server answers 500)."""
+        return self.error if self.finish_type == FinishType.ABORT.value else None
+
+    def aborted(self) -> SequenceMeta:
+        """The same sequence, finished with `abort` (shutdown ended it)."""
+        return dataclasses.replace(self, finish_reason=FinishReason(FinishType.ABORT), error=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        finish = None
+        if self.finish_reason is not None:
+            finish = self.finish_reason.to_dict()
+            if self.error:
+                finish["message"] = self.error
+        out: dict[str, Any] = {"id": self.id, "prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
+                               "finish_reason": finish, "e2e_latency": self.e2e_latency}
+        if self.cached_host_tokens is not None:
+            host = self.cached_host_tokens
+            out["cached_tokens_details"] = {"device": self.cached_tokens - host, "host": host}
+        if self.spec_verify_ct is not None:
+            out["spec_verify_ct"] = self.spec_verify_ct
+            out["spec_accept_length"] = self.spec_accept_length
+        return out
+
+
+EMPTY_META = SequenceMeta(None, 0, 0, 0, None, 0.0)  # a sequence that has not reported yet
+
+
 @dataclass
 class StepDelta:
     """What one or more steps added to sequence `index` of a call since its reader last looked."""
@@ -152,7 +208,7 @@ class StepDelta:
     text: list[str]  # pieces, joined by the reader: merging stays O(1) per step
     output_logprobs: list[Logprob]
     input_logprobs: list[Logprob]
-    meta: dict[str, Any]  # the latest scalar meta_info (counts, finish_reason, e2e_latency)
+    meta: SequenceMeta  # the latest
     finished: bool
 
     def merge(self, later: StepDelta) -> None:
@@ -186,44 +242,67 @@ def take_delta(req: Request, index: int, finished: bool) -> StepDelta:
     return StepDelta(index, ids, text, out_lp, in_lp, _meta(req, finished), finished)
 
 
-def _meta(req: Request, finished: bool) -> dict[str, Any]:
-    finish = None
-    if finished and req.finish_reason is not None:
-        finish = req.finish_reason.to_dict()
-        if req.error:
-            finish["message"] = req.error
+def _meta(req: Request, finished: bool) -> SequenceMeta:
+    reason = req.finish_reason if finished else None
     end = req.finish_time or time.monotonic()
-    meta = {
-        "id": req.rid,
-        "prompt_tokens": len(req.prompt_ids),
-        "completion_tokens": len(req.output_ids),
-        "cached_tokens": req.cached_tokens,
-        "finish_reason": finish,
-        "e2e_latency": end - req.arrival,
-    }
     host = req.admission.host_tokens if req.admission is not None else None
-    if host is not None:  # with a host tier: the cached tokens by tier
-        meta["cached_tokens_details"] = {"device": req.cached_tokens - host, "host": host}
-    if req.spec is not None:
-        meta.update(req.spec.meta())
-    return meta
+    spec = req.spec  # SGLang's names: verify forwards, and tokens added per verify forward
+    return SequenceMeta(req.rid, len(req.prompt_ids), len(req.output_ids), req.cached_tokens, reason,
+                        end - req.arrival, req.error if reason is not None else None, host,
+                        spec.verify_ct if spec else None, spec.accept_length if spec else None)
+
+
+class LoopWaker:
+    """Wakes an event loop's readers from the engine thread: one `call_soon_threadsafe` for every reader that
+    became ready before the loop ran it, not one per reader.
+
+    A step that reports to 1,000 streams costs the engine thread one self-pipe write instead of 1,000 (each a
+    GIL release it must win back from the busy event loop), and the loop one callback.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[asyncio.Event] = []
+        self._scheduled = False
+
+    def wake(self, event: asyncio.Event) -> None:
+        """Set `event` on the loop soon; raises ConnectionError when the loop is closed."""
+        with self._lock:
+            self._ready.append(event)
+            if self._scheduled:
+                return  # a wake-up is on its way and will set this one too
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:  # the loop was closed: nobody will read this output
+            with self._lock:
+                self._scheduled = False
+                self._ready.clear()
+            raise ConnectionError("the caller's event loop is closed") from None
+
+    def _fire(self) -> None:
+        with self._lock:
+            ready, self._ready, self._scheduled = self._ready, [], False
+        for event in ready:
+            event.set()
 
 
 class DeltaChannel:
-    """The engine → caller channel of one call (a thread or an asyncio loop reads it).
+    """The engine → caller channel of one call (a thread, or an asyncio loop through its `LoopWaker`, reads it).
 
     `put` (engine thread) merges into the sequence's pending delta and wakes the reader once per batch of
     puts; `take_nowait` hands over everything pending. Memory is bounded by the unread output, not by the
     number of steps the reader missed.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        self.loop = loop
+    def __init__(self, waker: LoopWaker | None) -> None:
+        self.waker = waker
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._pending: dict[int, StepDelta] = {}
         self._signalled = False
-        self._ready = asyncio.Event() if loop is not None else None
+        self._ready = asyncio.Event() if waker is not None else None
 
     def put(self, delta: StepDelta) -> None:
         """Hand a delta over; raises ConnectionError when the reader's event loop is gone."""
@@ -236,14 +315,11 @@ class DeltaChannel:
             if self._signalled:
                 return  # the reader has a wake-up on its way and will take this too
             self._signalled = True
-            if self.loop is None:
+            if self.waker is None:
                 self._cond.notify()
                 return
         assert self._ready is not None
-        try:
-            self.loop.call_soon_threadsafe(self._ready.set)
-        except RuntimeError:  # the loop was closed: nobody will read this call's output
-            raise ConnectionError("the caller's event loop is closed") from None
+        self.waker.wake(self._ready)
 
     def take_nowait(self) -> list[StepDelta]:
         """Everything pending, in sequence order (empty when nothing is)."""
@@ -295,7 +371,7 @@ class _Sequence:
     output_pairs: list[tuple[float | None, int]] = field(default_factory=list)
     input_top: list[list[tuple[float, int]]] = field(default_factory=list)
     output_top: list[list[tuple[float, int]]] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: SequenceMeta = EMPTY_META
 
 
 class StreamAccumulator:
@@ -325,7 +401,7 @@ class StreamAccumulator:
     def result(self, index: int) -> dict[str, Any]:
         """The result dict of sequence `index` so far (fresh lists: the caller may keep it)."""
         seq = self._seqs[index]
-        meta = dict(seq.meta)
+        meta = seq.meta.to_dict()
         if self._logprobs:
             meta["input_token_logprobs"] = list(seq.input_pairs)
             meta["output_token_logprobs"] = list(seq.output_pairs)

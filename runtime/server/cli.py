@@ -29,6 +29,10 @@ from sprig.runtime.server.auth import Authenticator, load_keys_file
 from sprig.runtime.server.state import ServerSettings, ServerState
 
 EXIT_FAILURE = 1
+# The event loop and the engine thread share the GIL: each socket write releases it, and winning it back from the
+# engine thread's Python (scheduling, sampling, reporting 1,000 streams) waits up to one switch interval (5 ms by
+# default), so a loop turn over 1,000 streams could take seconds and /health with it (issue 30).
+GIL_SWITCH_INTERVAL_S = 0.001
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -207,6 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=int(settings.shutdown_timeout) + 5,
                             h11_max_incomplete_event_size=64 << 10)
     server = _Server(config, app.state.sprig)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(server.serve(sockets=[sock]))
     if status["code"] == 0:
         print("sprig: stopped", file=sys.stderr, flush=True)

@@ -1,58 +1,58 @@
 """Prometheus metrics of the server (prometheus-client, one registry per app).
 
 Request-level figures (tokens, TTFT, TPOT, latency, errors, tenants) are recorded by the server as requests
-finish; engine figures (running/waiting, KV usage, cache hit rate, preemptions) are read at scrape time from the
-engine's counters without a round trip to the engine thread, so `/metrics` stays fast under load; grammar compile
-figures come from the grammar compiler's own counters.
+finish; engine figures (running/waiting, KV usage, cache hit rate, preemptions, grammar compiles) are read at
+scrape time through `Engine.gauges()`, without a round trip to the engine thread, so `/metrics` stays fast under
+load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
+
+from sprig.runtime.engine.gauges import HiCacheGauges, SpecGauges
+from sprig.runtime.engine.request import SequenceMeta
+
+if TYPE_CHECKING:
+    from sprig.runtime.engine.engine import Engine
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class EngineCollector(Collector):
-    """Engine gauges read at scrape time (racy reads of ints: fine for monitoring, no engine round trip)."""
+    """Engine gauges read at scrape time through `Engine.gauges()` (racy reads, no engine round trip)."""
 
-    def __init__(self, get_engine: Callable[[], Any]) -> None:
+    def __init__(self, get_engine: Callable[[], Engine | None]) -> None:
         self.get_engine = get_engine
 
     def collect(self) -> Iterator[Metric]:
         engine = self.get_engine()
         if engine is None:
             return
-        core = engine.core
-        total = core.kv.total_tokens
-        free = core.pool.num_free_tokens
-        c = core.counters
-        yield _gauge("sprig_num_requests_running", "Requests in the running batch", len(core.scheduler.running))
-        yield _gauge("sprig_num_requests_waiting", "Requests waiting for admission", len(core.scheduler.waiting))
+        g = engine.gauges()
+        yield _gauge("sprig_num_requests_running", "Requests in the running batch", g.running)
+        yield _gauge("sprig_num_requests_waiting", "Requests waiting for admission", g.waiting)
         yield _gauge("sprig_kv_cache_usage_ratio", "Fraction of KV slots in use (including cached prefixes)",
-                     (total - free) / total if total else 0.0)
-        yield _gauge("sprig_kv_cache_total_tokens", "KV pool size in tokens", total)
-        yield _gauge("sprig_prefix_cache_tokens", "Tokens held by the prefix cache", core.tree.evictable_size
-                     + core.tree.protected_size)
-        yield _gauge("sprig_cache_hit_rate", "Cached prompt tokens / prompt tokens since start",
-                     c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0)
-        yield _counter("sprig_num_preemptions", "Requests preempted for lack of KV", core.scheduler.num_preemptions)
-        yield _counter("sprig_engine_steps", "Engine steps run", c.steps)
+                     g.kv_usage)
+        yield _gauge("sprig_kv_cache_total_tokens", "KV pool size in tokens", g.kv_total_tokens)
+        yield _gauge("sprig_prefix_cache_tokens", "Tokens held by the prefix cache", g.prefix_cache_tokens)
+        yield _gauge("sprig_cache_hit_rate", "Cached prompt tokens / prompt tokens since start", g.cache_hit_rate)
+        yield _counter("sprig_num_preemptions", "Requests preempted for lack of KV", g.num_preemptions)
+        yield _counter("sprig_engine_steps", "Engine steps run", g.steps)
         yield _gauge("sprig_engine_alive", "1 while the engine loop runs", 1.0 if engine.is_alive else 0.0)
-        yield from _grammar_metrics(getattr(core, "grammar", None))
-        yield from _spec_metrics(getattr(core, "spec", None))
-        yield from _hicache_metrics(core)
+        yield from _grammar_metrics(g.grammar)
+        yield from _spec_metrics(g.spec)
+        yield from _hicache_metrics(g.hicache)
 
 
-def _hicache_metrics(core: Any) -> Iterator[Metric]:
+def _hicache_metrics(c: HiCacheGauges) -> Iterator[Metric]:
     """Host KV tier figures: hits by tier, bytes and time moved each way, preemptions by mode, fallbacks."""
-    c = core.hicache
     yield _labelled_counter("sprig_cache_hit_tokens", "Prompt tokens found in the cache at admission, by tier",
                             "tier", {"device": c.device_hit_tokens, "host": c.host_hit_tokens})
     yield _labelled_counter("sprig_hicache_bytes", "KV bytes copied between the tiers", "direction",
@@ -60,10 +60,10 @@ def _hicache_metrics(core: Any) -> Iterator[Metric]:
     yield _labelled_counter("sprig_hicache_seconds", "Time spent copying KV between the tiers", "direction",
                             {"offload": c.offload_time_s, "load": c.load_time_s})
     yield _labelled_counter("sprig_preemptions_by_mode", "Preempted requests, by swap or recompute", "mode",
-                            {m.value: n for m, n in c.preemptions.items()})
+                            dict(c.preemptions))
     yield _labelled_counter("sprig_hicache_fallbacks", "Times KV was recomputed instead of using the host tier",
-                            "reason", {r.value: n for r, n in c.fallbacks.items()})
-    yield _gauge("sprig_hicache_host_tokens", "Tokens whose KV the host tier holds", getattr(core.tree, "host_size", 0))
+                            "reason", dict(c.fallbacks))
+    yield _gauge("sprig_hicache_host_tokens", "Tokens whose KV the host tier holds", c.host_tokens)
 
 
 def _labelled_counter(name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
@@ -73,21 +73,18 @@ def _labelled_counter(name: str, doc: str, label: str, values: dict[str, float])
     return family
 
 
-def _spec_metrics(spec: Any) -> Iterator[Metric]:
+def _spec_metrics(c: SpecGauges) -> Iterator[Metric]:
     """Speculative decoding figures (zeros when the engine does not speculate)."""
-    c = spec.counters if spec is not None else None
-    yield _gauge("sprig_spec_accept_rate", "Draft tokens the target kept / draft tokens proposed",
-                 c.acceptance_rate if c else 0.0)
+    yield _gauge("sprig_spec_accept_rate", "Draft tokens the target kept / draft tokens proposed", c.accept_rate)
     yield _gauge("sprig_spec_accept_length", "Tokens added per verification (kept drafts + the target's token)",
-                 c.mean_accept_length if c else 0.0)
-    yield _counter("sprig_spec_verify_steps", "Speculating rows verified", c.verify_steps if c else 0)
-    yield _counter("sprig_spec_proposed_tokens", "Draft tokens proposed", c.proposed_tokens if c else 0)
-    yield _counter("sprig_spec_accepted_tokens", "Draft tokens the target kept", c.accepted_tokens if c else 0)
+                 c.accept_length)
+    yield _counter("sprig_spec_verify_steps", "Speculating rows verified", c.verify_steps)
+    yield _counter("sprig_spec_proposed_tokens", "Draft tokens proposed", c.proposed_tokens)
+    yield _counter("sprig_spec_accepted_tokens", "Draft tokens the target kept", c.accepted_tokens)
 
 
-def _grammar_metrics(grammar: Any) -> Iterator[Metric]:
+def _grammar_metrics(stats: dict[str, Any]) -> Iterator[Metric]:
     """Grammar compiler figures (zeros while no constraint was compiled or no compiler is wired in)."""
-    stats = grammar.stats() if grammar is not None and hasattr(grammar, "stats") else {}
     yield SummaryMetricFamily("sprig_grammar_compile_seconds", "Grammar compile time (count and sum)",
                               count_value=stats.get("compiles", 0), sum_value=stats.get("compile_time_s_total", 0.0))
     yield _gauge("sprig_grammar_compile_seconds_max", "Longest grammar compile", stats.get("compile_time_s_max", 0.0))
@@ -109,7 +106,7 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 class ServerMetrics:
     """All server metrics in their own registry."""
 
-    def __init__(self, get_engine: Callable[[], Any]) -> None:
+    def __init__(self, get_engine: Callable[[], Engine | None]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.prompt_tokens = Counter("sprig_prompt_tokens", "Prompt tokens of finished sequences", registry=r)
@@ -141,15 +138,14 @@ class ServerMetrics:
                                        ["tenant", "limit"], registry=r)
         r.register(EngineCollector(get_engine))
 
-    def sequence_finished(self, tenant: str, meta: dict[str, Any], first_token_s: float | None,
+    def sequence_finished(self, tenant: str, meta: SequenceMeta, first_token_s: float | None,
                           end_s: float) -> None:
         """Record one finished sequence: tokens, finish reason and latencies (seconds since arrival)."""
-        prompt, completion = meta["prompt_tokens"], meta["completion_tokens"]
+        prompt, completion = meta.prompt_tokens, meta.completion_tokens
         self.prompt_tokens.inc(prompt)
         self.generation_tokens.inc(completion)
-        self.cached_tokens.inc(meta["cached_tokens"])
-        reason = meta.get("finish_reason") or {}
-        self.finished.labels(str(reason.get("type", "abort"))).inc()
+        self.cached_tokens.inc(meta.cached_tokens)
+        self.finished.labels(meta.finish_type or "abort").inc()
         self.tenant_prompt_tokens.labels(tenant).inc(prompt)
         self.tenant_generation_tokens.labels(tenant).inc(completion)
         self.e2e.observe(end_s)

@@ -53,7 +53,7 @@ class ChunkCutter:
                                  list(delta.input_logprobs), delta.meta, delta.finished)
         else:
             seq.held.merge(delta)
-        finished = delta.meta.get("finish_reason") is not None
+        finished = delta.meta.finished
         interval = self.intervals[index] if index < len(self.intervals) else 1
         if not (force or finished or not seq.started or seq.tokens - seq.sent_tokens >= interval):
             return None
@@ -66,7 +66,7 @@ class ChunkCutter:
         return chunk
 
     def _incremental(self, held: StepDelta) -> dict[str, Any]:
-        meta = dict(held.meta)
+        meta = held.meta.to_dict()
         if self.lp.return_logprob:
             meta["input_token_logprobs"] = [(lp, tok) for lp, tok, _ in held.input_logprobs]
             meta["output_token_logprobs"] = [(lp, tok) for lp, tok, _ in held.output_logprobs]

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sprig.runtime.engine.request import StepDelta
+from sprig.runtime.engine.request import SequenceMeta, StepDelta
 from sprig.runtime.server.http_common import TokenTexts
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
@@ -112,7 +112,7 @@ class CompletionStreamer:
         if self.plan.logprobs is not None and (delta.ids or first):
             entries = [*delta.input_logprobs, *delta.output_logprobs] if self.plan.echo else delta.output_logprobs
             logprobs, p.offset = completion_logprobs(entries, self.texts, p.offset)
-        reason = finish_reason(delta.meta)
+        reason = delta.meta.finish_type
         p.started = True
         if not text and logprobs is None and reason is None:
             return None
@@ -127,8 +127,9 @@ class CompletionStreamer:
     def _wrap(self, choices: list[CompletionChoice]) -> CompletionChunk:
         return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
 
-    def usage(self, metas: list[dict[str, Any]]) -> CompletionChunk:
-        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(metas, self.plan.n))
+    def usage(self, metas: list[SequenceMeta]) -> CompletionChunk:
+        usage = usage_of([m.to_dict() for m in metas], self.plan.n)
+        return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage)
 
 
 class ChatStreamer:
@@ -157,7 +158,7 @@ class ChatStreamer:
         text = "".join(step.text)
         logprobs = chat_logprobs(step.output_logprobs, self.texts) if self.plan.logprobs is not None and \
             step.ids else None
-        reason = finish_reason(step.meta)
+        reason = step.meta.finish_type
         delta = self._delta(i, text, reason is not None)
         if delta is None and logprobs is None and reason is None:
             return None
@@ -208,5 +209,6 @@ class ChatStreamer:
     def _wrap(self, choices: list[ChatChunkChoice]) -> ChatCompletionChunk:
         return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, choices)
 
-    def usage(self, metas: list[dict[str, Any]]) -> ChatCompletionChunk:
-        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage_of(metas, self.plan.n))
+    def usage(self, metas: list[SequenceMeta]) -> ChatCompletionChunk:
+        usage = usage_of([m.to_dict() for m in metas], self.plan.n)
+        return ChatCompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage)

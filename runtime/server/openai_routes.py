@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from sprig.runtime.engine.engine import Engine
-from sprig.runtime.engine.request import StepDelta
+from sprig.runtime.engine.request import SequenceMeta, StepDelta
 from sprig.runtime.server.http_common import (
     TokenTexts,
     body_spec,
@@ -54,7 +54,7 @@ class Streamer(Protocol):
 
     def aborted(self) -> Any: ...
 
-    def usage(self, metas: list[dict[str, Any]]) -> Any: ...
+    def usage(self, metas: list[SequenceMeta]) -> Any: ...
 
 
 @dataclass(frozen=True)

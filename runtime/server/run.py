@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from sprig.runtime.engine.engine import DeltaStream
 from sprig.runtime.engine.generate_request import GenerateRequest, PreparedCall
-from sprig.runtime.engine.request import StepDelta, StreamAccumulator
+from sprig.runtime.engine.request import EMPTY_META, SequenceMeta, StepDelta, StreamAccumulator
 from sprig.runtime.server.auth import Tenant
 from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request, from_value_error
 from sprig.runtime.server.state import ServerState, StopCause, Ticket
@@ -71,12 +71,10 @@ def timeout_error() -> APIError:
                     "request_timeout")
 
 
-def engine_failure(meta: dict[str, Any]) -> APIError | None:
+def engine_failure(meta: SequenceMeta) -> APIError | None:
     """A 500 when the engine aborted a sequence with an error message (device fault, post-processing bug)."""
-    reason = meta.get("finish_reason") or {}
-    if reason.get("type") == "abort" and reason.get("message"):
-        return APIError(500, str(reason["message"]), ErrorType.SERVER, None, "engine_error")
-    return None
+    message = meta.failure
+    return None if not message else APIError(500, message, ErrorType.SERVER, None, "engine_error")
 
 
 async def start_run(state: ServerState, tenant: Tenant, sequences: int, endpoint: str,
@@ -116,7 +114,7 @@ class GenerationRun:
         self.arrival = time.monotonic()
         self.deadline = self.arrival + timeout if timeout else None
         self.stopped: asyncio.Future[StopCause] = asyncio.get_running_loop().create_future()
-        self.meta: dict[int, dict[str, Any]] = {}  # the latest meta_info of each sequence
+        self.meta: dict[int, SequenceMeta] = {}  # the latest meta_info of each sequence
         self.first_token: dict[int, float] = {}
         self.recorded: set[int] = set()
         self.exhausted = False
@@ -211,7 +209,7 @@ class GenerationRun:
         out = []
         for i in range(self.num_sequences):
             r: dict[str, Any] = self.acc.result(i) if i in self.meta else {"text": "", "output_ids": [],
-                                                                             "meta_info": _empty_meta()}
+                                                                             "meta_info": EMPTY_META.to_dict()}
             meta: dict[str, Any] = r["meta_info"]
             if aborted and meta.get("finish_reason") is None:
                 meta["finish_reason"] = {"type": "abort", "matched": None}
@@ -223,14 +221,13 @@ class GenerationRun:
         out = []
         for i in sorted(self.meta):
             if i not in self.recorded:
-                meta = {**self.meta[i], "finish_reason": {"type": "abort", "matched": None}}
-                out.append(StepDelta(i, [], [], [], [], meta, True))
+                out.append(StepDelta(i, [], [], [], [], self.meta[i].aborted(), True))
                 self.acc.apply(out[-1])
         return out
 
-    def metas(self) -> list[dict[str, Any]]:
+    def metas(self) -> list[SequenceMeta]:
         """The latest meta_info of every sequence (usage counts), without building the results."""
-        return [self.meta.get(i) or _empty_meta() for i in range(self.num_sequences)]
+        return [self.meta.get(i, EMPTY_META) for i in range(self.num_sequences)]
 
     def _observe(self, delta: StepDelta) -> None:
         index = delta.index
@@ -240,7 +237,7 @@ class GenerationRun:
         now = time.monotonic()
         if delta.ids and index not in self.first_token:
             self.first_token[index] = now
-        if delta.meta.get("finish_reason") is not None:
+        if delta.meta.finished:
             self._record(index, now)
 
     def _record(self, index: int, now: float) -> None:
@@ -253,7 +250,7 @@ class GenerationRun:
 
     @property
     def generated_tokens(self) -> int:
-        return sum(m["completion_tokens"] for m in self.meta.values())
+        return sum(m.completion_tokens for m in self.meta.values())
 
     async def close(self) -> None:
         """Free everything: the watcher, the engine requests (if still running), the ticket. Idempotent."""
@@ -269,11 +266,6 @@ class GenerationRun:
             self._record(index, now)
         self.state.runs.discard(self)
         self.ticket.release(self.generated_tokens)
-
-
-def _empty_meta() -> dict[str, Any]:
-    return {"id": None, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "finish_reason": None,
-            "e2e_latency": 0.0}
 
 
 class EventStream(Response):
@@ -365,8 +357,8 @@ async def run_to_end(run: GenerationRun) -> list[dict[str, Any]]:
         results = run.results(aborted=True)
     finally:
         await run.close()
-    for r in results:
-        failure = engine_failure(r["meta_info"])
+    for index in sorted(run.meta):
+        failure = engine_failure(run.meta[index])
         if failure is not None:
             raise failure
     return results
