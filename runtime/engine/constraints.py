@@ -6,7 +6,9 @@ before a request reaches the engine, so a bad schema is an error at submission a
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,7 @@ import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
 from sprig.runtime.engine.request import Request
-from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.sampling_params import CONSTRAINTS, FieldNames, SamplingParams
 from sprig.runtime.errors import RequestError
 
 COMPILE_TIMEOUT_S = 30.0
@@ -163,3 +165,14 @@ def advance_grammar(req: Request, token: int, jump_forward: bool) -> list[int]:
             req.output_logprobs.pop()
         req.output_logprobs.extend((0.0, t, []) for t in jump.token_ids)  # forced: probability one
     return ([] if jump.rollback else [token]) + list(jump.token_ids)
+
+
+@contextlib.contextmanager
+def constraint_named(names: FieldNames) -> Iterator[None]:
+    """Grammar errors name the field the client put the constraint in (`response_format`, `tools`, ...)."""
+    try:
+        yield
+    except RequestError as e:
+        if names.constraint is None or e.param not in CONSTRAINTS:
+            raise
+        raise RequestError(e.message, param=names.constraint, code=e.code) from None

@@ -2,7 +2,8 @@
 
 A background thread runs the step loop of the schedule the core chose (`start_loop`). Callers on any thread or
 asyncio loop submit requests through an inbox; each call's requests report back through its own bounded
-`DeltaChannel` (request.py), so callers never touch engine state. The engine sends deltas; the streams here build the cumulative dicts on the caller's side.
+`DeltaChannel` (request.py), so callers never touch engine state. The engine sends deltas; the streams here build
+the cumulative dicts on the caller's side.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ import queue
 import threading
 import time
 import uuid
-import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from sprig.grammar.factory import matcher_for
 from sprig.runtime.config import EngineConfig
-from sprig.runtime.engine.constraints import compiled_or_error, spec_from_params
+from sprig.runtime.engine.constraints import compiled_or_error, constraint_named, spec_from_params
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine.gauges import EngineGauges, read_gauges
@@ -44,7 +44,7 @@ from sprig.runtime.engine.request import (
     StepDelta,
     take_delta,
 )
-from sprig.runtime.engine.sampling_params import CONSTRAINTS, NATIVE_NAMES, FieldNames, SamplingParams
+from sprig.runtime.engine.sampling_params import NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
 from sprig.runtime.engine.stop_checker import StopChecker
@@ -81,7 +81,6 @@ class Engine:
         self._ids = itertools.count()
         self.loop_error: str | None = None
         self.last_heartbeat = time.monotonic()
-        self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()
         built: Future[tuple[EngineCore, StepLoop]] = Future()
         # The loop thread builds the core too: it is then the process's only OpenMP master. A second thread's
         # pool of workers makes libgomp count more threads than cores, and it then stops spinning between parallel
@@ -308,7 +307,7 @@ class Engine:
         return PreparedCall(tuple(reqs), call.batch, names)
 
     def _compile(self, params: SamplingParams, names: FieldNames) -> Future | None:
-        with _constraint_named(names):
+        with constraint_named(names):
             spec = spec_from_params(params)
         return self.core.grammar.submit(spec) if spec is not None else None
 
@@ -330,7 +329,7 @@ class Engine:
     @staticmethod
     def _attach_matchers(call: PreparedCall) -> None:
         """Give constrained requests their matchers (compilation finished; errors raise RequestError)."""
-        with _constraint_named(call.names):
+        with constraint_named(call.names):
             for req in call.requests:
                 if req.grammar_future is not None:
                     req.matcher = matcher_for(compiled_or_error(req.grammar_future))
@@ -339,20 +338,13 @@ class Engine:
     def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
         self._attach_matchers(call)
         reqs = list(call.requests)
-        channel = DeltaChannel(None if loop is None else self._waker(loop))
+        channel = DeltaChannel(None if loop is None else LoopWaker.of(loop))
         for index, req in enumerate(reqs):
             req.on_update = _reporter(channel, index, stream)
         if len(self.core.scheduler.waiting) + len(reqs) > self.config.max_queued_requests:
             raise RequestError("too many queued requests", code="queue_full")
         self._post(lambda: self.core.add_requests(reqs))
         return channel
-
-    def _waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
-        """The one waker of `loop` (called on that loop's thread)."""
-        waker = self._wakers.get(loop)
-        if waker is None:
-            waker = self._wakers[loop] = LoopWaker(loop)
-        return waker
 
     # --- public API ------------------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
@@ -442,7 +434,6 @@ class Engine:
         return self._call(lambda: engine_stats(self.core))
 
 
-
 def _reporter(channel: DeltaChannel, index: int, stream: bool) -> Callable[[Request, bool], None]:
     def report(req: Request, finished: bool) -> None:
         if not (stream or finished):
@@ -450,14 +441,3 @@ def _reporter(channel: DeltaChannel, index: int, stream: bool) -> Callable[[Requ
         channel.put(take_delta(req, index, finished))
 
     return report
-
-
-@contextlib.contextmanager
-def _constraint_named(names: FieldNames) -> Iterator[None]:
-    """Grammar errors name the field the client put the constraint in (`response_format`, `tools`, ...)."""
-    try:
-        yield
-    except RequestError as e:
-        if names.constraint is None or e.param not in CONSTRAINTS:
-            raise
-        raise RequestError(e.message, param=names.constraint, code=e.code) from None

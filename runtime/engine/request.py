@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -259,6 +260,18 @@ class LoopWaker:
     A step that reports to 1,000 streams costs the engine thread one self-pipe write instead of 1,000 (each a
     GIL release it must win back from the busy event loop), and the loop one callback.
     """
+
+    _of_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()
+    _of_loop_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The one waker of `loop`, made on first use (every engine's readers on that loop share it)."""
+        with cls._of_loop_lock:
+            waker = cls._of_loop.get(loop)
+            if waker is None:
+                waker = cls._of_loop[loop] = cls(loop)
+            return waker
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
