@@ -9,7 +9,7 @@ distribution (p50 / p99 / max, probes over 1 s) while the streams run, and the o
     python benchmarks/health_under_load.py --streams 200 --max-tokens 32
     python benchmarks/health_under_load.py --url http://127.0.0.1:30000   # a server started elsewhere
 
-A benchmark, not a test: it waits while /work/notes/QUIET exists (the lead's quiet periods) and uses the CPU fully.
+A benchmark, not a test: it uses the CPU fully, so run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 
-QUIET = Path("/work/notes/QUIET")
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle. Story number {i}:"
 PROBE_PERIOD_S = 0.1
 PROBE_TIMEOUT_S = 10.0
@@ -44,11 +42,6 @@ class LoadResult:
     started: float  # time.time() when the streams were opened
     seconds: float
     first_error: str | None
-
-
-def wait_for_quiet() -> None:
-    while QUIET.exists():
-        time.sleep(15)
 
 
 def free_port() -> int:
@@ -165,7 +158,6 @@ def main() -> int:
     p.add_argument("--url", default=None, help="probe a running server instead of starting one")
     p.add_argument("--server-arg", action="append", default=[], help="extra `sprig serve` argument (repeat)")
     args = p.parse_args()
-    wait_for_quiet()
     server = None
     if args.url is None:
         port = free_port()
