@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from quality import smollm2_gguf, text_ids
+from quality import record_variant, text_windows, transformers_model
 
-from sprig.runtime.bench.perplexity import sliding_windows, transformers_perplexity
+from sprig.runtime.bench.perplexity import transformers_perplexity
 
 Quant = Callable[[torch.Tensor], torch.Tensor]
 
@@ -91,24 +90,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/int8_loss.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM
-
-    gguf = smollm2_gguf()
-    ids = text_ids(gguf)
-    windows = sliding_windows(len(ids), 1024, 512)[: args.max_windows]
-
-    fp32 = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    gguf, ids, windows = text_windows(args.max_windows)
+    fp32 = transformers_model(gguf)
     base = transformers_perplexity(fp32, ids, windows)
     results = {"fp32": {"ppl": base.value, "tokens": base.tokens}}
     print(f"{'fp32':24s} ppl {base.value:.4f} over {base.tokens} tokens", flush=True)
     for name in args.variants:
         model = copy.deepcopy(fp32)
         quantize_model(model, *VARIANTS[name])
-        ppl = transformers_perplexity(model, ids, windows)
-        results[name] = {"ppl": ppl.value, "tokens": ppl.tokens, "vs_fp32_pct": 100 * (ppl.value / base.value - 1)}
-        print(f"{name:24s} ppl {ppl.value:.4f} ({results[name]['vs_fp32_pct']:+.2f} %)", flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+        record_variant(results, name, transformers_perplexity(model, ids, windows), base, args.out)
 
 
 if __name__ == "__main__":

@@ -64,13 +64,33 @@ def text_ids(gguf: Path) -> list[int]:
     return gguf_tokenizer(open_gguf(gguf)).hf.encode(TEXT.read_text(), add_special_tokens=False).ids
 
 
+def text_windows(max_windows: int | None, window: int = 1024, stride: int = 512) -> tuple[Path, list[int], list]:
+    """The GGUF file, the text's ids and its first `max_windows` sliding windows (all when None)."""
+    gguf = smollm2_gguf()
+    ids = text_ids(gguf)
+    return gguf, ids, sliding_windows(len(ids), window, stride)[:max_windows]
+
+
+def transformers_model(gguf: Path, dtype: torch.dtype = torch.float32) -> Any:
+    """transformers' model of the GGUF file (dequantized), in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype).eval()
+
+
+def record_variant(results: dict[str, Any], name: str, ppl: Perplexity, base: Perplexity, out: Path) -> None:
+    """Add a variant's perplexity and its change from `base` to `results`, print it and write `out` (the loss
+    studies: int8_loss.py, kv_loss.py)."""
+    results[name] = {"ppl": ppl.value, "tokens": ppl.tokens, "vs_fp32_pct": 100 * (ppl.value / base.value - 1)}
+    print(f"{name:24s} ppl {ppl.value:.4f} ({results[name]['vs_fp32_pct']:+.2f} %)", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+
+
 def measure(row: str, gguf: Path, folder: Path, ids: list[int], windows: list, threads: int) -> Perplexity:
     source, options = ROWS[row]
     if source == "hf":
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, **options).eval()
-        return transformers_perplexity(model, ids, windows)
+        return transformers_perplexity(transformers_model(gguf, options["dtype"]), ids, windows)
     from sprig import Engine
 
     path = gguf if source == "gguf" else dequantized_folder(gguf, folder)
@@ -90,9 +110,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/quality.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    gguf = smollm2_gguf()
-    ids = text_ids(gguf)
-    windows = sliding_windows(len(ids), args.window, args.stride)[: args.max_windows]
+    gguf, ids, windows = text_windows(args.max_windows, args.window, args.stride)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     for row in args.rows:
         start = time.perf_counter()

@@ -41,6 +41,7 @@ class KernelSet:
     rms_norm: Callable[..., torch.Tensor]
     fused_add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     apply_rotary_: Callable[..., None]
+    hadamard_rotate_: Callable[..., None]
     silu_and_mul: Callable[..., torch.Tensor]
     apply_token_bitmask_: Callable[..., None]
     uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (shared-prefix groups)
@@ -126,16 +127,18 @@ def _torch_bitmask() -> Callable[..., None]:
 def _torch_kernels() -> KernelSet:
     from sprig.kernels.activation import silu_and_mul
     from sprig.kernels.attention import paged_attention, store_kv
+    from sprig.kernels.hadamard import hadamard_rotate_
     from sprig.kernels.norm import fused_add_rms_norm, rms_norm
     from sprig.kernels.rope import apply_rotary_
 
     return KernelSet(
-        "torch", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
-        _torch_bitmask(), uses_decode_split=True,
+        "torch", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, hadamard_rotate_,
+        silu_and_mul, _torch_bitmask(), uses_decode_split=True,
     )  # fmt: skip
 
 
 def _triton_kernels() -> KernelSet:
+    from sprig.kernels.hadamard import hadamard_rotate_  # torch ops (fp8 KV only): no Triton twin yet
     from sprig.kernels.triton_activation import silu_and_mul
     from sprig.kernels.triton_attention import paged_attention, store_kv
     from sprig.kernels.triton_bitmask import apply_token_bitmask_
@@ -143,8 +146,8 @@ def _triton_kernels() -> KernelSet:
     from sprig.kernels.triton_rope import apply_rotary_
 
     return KernelSet(
-        "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, silu_and_mul,
-        apply_token_bitmask_,
+        "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, hadamard_rotate_,
+        silu_and_mul, apply_token_bitmask_,
     )  # fmt: skip
 
 
@@ -161,6 +164,7 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
                          "see the log for the build error, or use backend 'torch'")
     return replace(
         _torch_kernels(), name="cpu", store_kv=ew.store_kv, paged_attention=paged_attention, rms_norm=ew.rms_norm,
-        fused_add_rms_norm=ew.fused_add_rms_norm, apply_rotary_=ew.apply_rotary_, silu_and_mul=ew.silu_and_mul,
+        fused_add_rms_norm=ew.fused_add_rms_norm, apply_rotary_=ew.apply_rotary_,
+        hadamard_rotate_=ew.hadamard_rotate_, silu_and_mul=ew.silu_and_mul,
         uses_decode_split=amx_enabled(),  # the C kernel attends shared-prefix groups on AMX tiles (bf16)
     )

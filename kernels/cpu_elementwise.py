@@ -1,6 +1,6 @@
 """The per-layer elementwise ops of the "cpu" backend, through the fused C kernels of `csrc/cpu_elementwise.c`.
 
-Each function has the signature and semantics of its torch reference (`kernels/norm.py`, `rope.py`,
+Each function has the signature and semantics of its torch reference (`kernels/norm.py`, `rope.py`, `hadamard.py`,
 `activation.py`, `attention.store_kv`) and falls back to it when the library is missing, the tensors are not
 fp32/bf16/fp16 CPU tensors with a unit-stride last dim, or the C function declines the input. The torch chains
 are one op per arithmetic step, each a full pass over the activation plus dispatcher overhead; the C versions are
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from sprig.kernels import activation, norm, rope
+from sprig.kernels import activation, hadamard, norm, rope
 from sprig.kernels import attention as torch_attention
 from sprig.kernels.cpu_native import DTYPE_CODES, native_kernels
 from sprig.kernels.kv_quant import KV_DTYPE_CODES, SCALE_DTYPE
@@ -105,6 +105,16 @@ def apply_rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos
         if status == 0:
             return
     rope.apply_rotary_(q, k, positions, cos_sin_cache)
+
+
+def hadamard_rotate_(x: torch.Tensor) -> None:
+    """`hadamard.hadamard_rotate_` in place, bitwise equal to it (x may be a strided [T, H, D] view)."""
+    lib, code = native_kernels(), _code(x)
+    if (lib is not None and code is not None and x.dim() == 3 and x.stride(-1) == 1
+            and lib.hadamard_rotate(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), x.stride(1), x.shape[2], code,
+                                    torch.get_num_threads()) == 0):
+        return
+    hadamard.hadamard_rotate_(x)
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:

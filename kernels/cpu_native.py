@@ -49,6 +49,7 @@ SIGNATURES: dict[str, list] = {
     # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
     "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
     "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],
+    "hadamard_rotate": [_P] + [_I] * 5 + [ctypes.c_int, ctypes.c_int],
     "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],
     "store_kv": [_P] * 5 + [_I] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P],
     "attend_prefix_groups": [_P] * 4 + [_I] + [_P] * 3 + [_I] * 5 + [_F, _P, _P, ctypes.c_int],

@@ -2,10 +2,12 @@
 
 Accuracy against fp32 transformers, 64 positions (16 by prefill, then 48 decode steps, so both the extend and the
 decode attention read the codes), measured on tiny-llama / tiny-qwen2 with the default backend (C kernels):
-  rel. max error  fp32 model: int8 0.029-0.034, fp8_e4m3 0.168-0.206, fp8_e5m2 0.287-0.398
-                  bf16 model: int8 0.063-0.086, fp8_e4m3 0.154-0.175, fp8_e5m2 0.307-0.369 (bf16 KV: 0.032-0.063)
-  top-1 agreement fp32 model: int8 0.953-0.969, fp8_e4m3 0.812-0.844, fp8_e5m2 0.719-0.750
-                  bf16 model: int8 0.938-0.953, fp8_e4m3 0.828-0.875, fp8_e5m2 0.656-0.719
+  rel. max error  fp32 model: int8 0.029-0.034, fp8_e4m3 0.142-0.240, fp8_e5m2 0.334-0.359
+                  bf16 model: int8 0.063-0.082, fp8_e4m3 0.191-0.219, fp8_e5m2 0.345-0.482 (bf16 KV: 0.032-0.063)
+  top-1 agreement fp32 model: int8 0.953-0.969, fp8_e4m3 0.828-0.859, fp8_e5m2 0.703-0.750
+                  bf16 model: int8 0.922-0.938, fp8_e4m3 0.797-0.844, fp8_e5m2 0.641-0.766
+(fp8 with keys rotated, `kv_quant.rotates_keys`: random weights have no outlier channels, so the rotation moves these
+figures either way, 0.142-0.398 and 0.154-0.369 before it; its gain shows on the real model, below.)
 Greedy 32-token continuations of a bf16 model, each step fed the bf16 run's token (8 prompts): agreement with the
 bf16-KV run's tokens int8 0.945-0.969, fp8_e4m3 0.828-0.891, fp8_e5m2 0.688-0.793 (tiny-llama, tiny-qwen2,
 tiny-qwen3). These random-weight checkpoints have small logit margins: an fp32 model agrees with the bf16 one on
@@ -22,8 +24,8 @@ import pytest
 import torch
 
 from sprig.kernels import attention as ref
-from sprig.kernels import cpu_elementwise, cpu_native
-from sprig.kernels.kv_quant import QMAX, SCALE_DTYPE, KVCacheDtype, dequantize_kv, quantize_kv
+from sprig.kernels import cpu_elementwise, cpu_native, hadamard
+from sprig.kernels.kv_quant import QMAX, SCALE_DTYPE, KVCacheDtype, dequantize_kv, quantize_kv, rotates_keys
 from sprig.runtime.config import KV_CACHE_DTYPES, EngineConfig
 from sprig.runtime.model import kv_pool
 from sprig.runtime.model.checkpoints import RECIPES
@@ -34,9 +36,9 @@ from sprig.runtime.model.runner import ModelRunner, SeqInput
 
 KV_DTYPES = [torch.int8, torch.float8_e4m3fn, torch.float8_e5m2]
 ACCURACY = {  # (model dtype, kv dtype): max relative error, min top-1 agreement
-    ("float32", "int8"): (0.05, 0.9), ("float32", "fp8_e4m3"): (0.27, 0.75), ("float32", "fp8_e5m2"): (0.5, 0.65),
-    ("bfloat16", "int8"): (0.11, 0.88), ("bfloat16", "fp8_e4m3"): (0.23, 0.78),
-    ("bfloat16", "fp8_e5m2"): (0.48, 0.6),
+    ("float32", "int8"): (0.05, 0.9), ("float32", "fp8_e4m3"): (0.31, 0.75), ("float32", "fp8_e5m2"): (0.5, 0.65),
+    ("bfloat16", "int8"): (0.11, 0.88), ("bfloat16", "fp8_e4m3"): (0.29, 0.75),
+    ("bfloat16", "fp8_e5m2"): (0.62, 0.58),
 }
 GREEDY_AGREEMENT = {"int8": 0.9, "fp8_e4m3": 0.78, "fp8_e5m2": 0.62}
 
@@ -101,6 +103,54 @@ def test_a_quantized_cache_without_scales_is_an_error():
     cache = torch.zeros(4, 1, 8, dtype=torch.int8)
     with pytest.raises(ValueError, match="k_scale and v_scale"):
         ref.store_kv(cache, cache.clone(), torch.arange(2), torch.ones(2, 1, 8), torch.ones(2, 1, 8))
+
+
+# --------------------------------------------------------------------------------------------- fp8 keys' rotation
+
+
+def _sylvester(n: int) -> torch.Tensor:
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)])
+    return h / n**0.5
+
+
+@pytest.mark.parametrize("d", [64, 128, 80, 7])
+def test_the_rotation_is_the_orthonormal_hadamard_matrix_blockwise(d):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 3, d, generator=g)
+    y = x.clone()
+    hadamard.hadamard_rotate_(y)
+    block = hadamard.hadamard_block(d)
+    assert block == {64: 64, 128: 128, 80: 16, 7: 1}[d]
+    want = (x.double().reshape(5, 3, d // block, block) @ _sylvester(block)).reshape(x.shape)
+    torch.testing.assert_close(y.double(), want, atol=1e-5, rtol=1e-5)
+    q = torch.randn(5, 3, d, generator=g)
+    dots = (q * x).sum(-1)
+    hadamard.hadamard_rotate_(q)
+    torch.testing.assert_close((q * y).sum(-1), dots, atol=1e-4, rtol=1e-4)  # q H · k H = q · k
+
+
+@pytest.mark.parametrize("lib_kind", ["vector", "generic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128, 80])
+def test_the_c_rotation_gives_the_bits_torch_gives(lib_kind, dtype, d, monkeypatch):
+    lib = _vector_lib() if lib_kind == "vector" else _generic_lib()
+    monkeypatch.setattr(cpu_elementwise, "native_kernels", lambda: lib)
+    g = torch.Generator().manual_seed(4)
+    qkv = (torch.randn(37, 9 + 2 * 3, d, generator=g) * torch.logspace(-2, 2, d)).to(dtype)
+    want, got = qkv.clone(), qkv.clone()
+    hadamard.hadamard_rotate_(want[:, :9])  # strided views, as rope leaves q and k in the fused projection
+    calls = []
+    monkeypatch.setattr(cpu_elementwise.hadamard, "hadamard_rotate_", lambda x: calls.append(x))
+    cpu_elementwise.hadamard_rotate_(got[:, :9])
+    assert not calls  # the C kernel took it
+    assert torch.equal(want, got)
+
+
+def test_only_fp8_pools_rotate_keys():
+    assert [rotates_keys(t) for t in (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.bfloat16)] == [
+        True, True, False, False]
 
 
 # --------------------------------------------------------------------------------------------- attention
@@ -260,11 +310,33 @@ def test_greedy_continuations_follow_the_bf16_cache(tiny_paths, kv):
 
 # The real SmolLM2-135M (fp32, dequantized GGUF) with a quantized KV cache: perplexity of the short text
 # (tests/perplexity_helpers.py, 511 scored tokens: the prefill attention reads the codes it stored) vs the fp32
-# cache's 18.833, measured: int8 +0.20 %, fp8_e4m3 +1.78 %, fp8_e5m2 +0.25 %. Bounds: the targets of
-# benchmarks/README.md's quality table (int8 1 %, fp8 3 %); over 2,047 tokens int8 +0.09 %, e4m3 +1.29 %, e5m2 +3.17 %.
-@pytest.mark.parametrize(("kv", "bound"), [("int8", 1.0), ("fp8_e4m3", 3.0), ("fp8_e5m2", 3.0)])
+# cache's 18.833, measured: int8 +0.20 %, fp8_e4m3 +0.38 %, fp8_e5m2 +4.70 % (fp8 keys rotated; +1.78 % and +0.25 %
+# unrotated). Over so few tokens e5m2 swings either way: on tokens 3,584-7,679 rotated +2.66 %, unrotated +5.05 %, and
+# over the first 2,047 +1.71 % against +3.17 % (the target, held by the test below). Bounds: the targets of
+# benchmarks/README.md's quality table (int8 1 %, fp8 3 %), e5m2 here its short-text figure with 1.3x headroom.
+@pytest.mark.parametrize(("kv", "bound"), [("int8", 1.0), ("fp8_e4m3", 3.0), ("fp8_e5m2", 6.0)])
 def test_smollm2_perplexity_with_a_quantized_kv_cache(smollm2_gguf, smollm2_fp32_perplexity, kv, bound):
     from perplexity_helpers import assert_perplexity_near, short_perplexity
 
     ppl = short_perplexity(smollm2_gguf, dtype="float32", gguf_dequantize=True, kv_cache_dtype=kv)
     assert_perplexity_near(ppl.value, smollm2_fp32_perplexity, bound)
+
+
+@pytest.fixture(scope="module")
+def smollm2_fp32_long_perplexity(smollm2_gguf) -> float:
+    from perplexity_helpers import long_perplexity
+
+    return long_perplexity(smollm2_gguf, dtype="float32", gguf_dequantize=True).value
+
+
+# The same over the first 2,047 tokens (perplexity_helpers.long_perplexity), where the fp8 caches' loss shows: fp32
+# cache 19.9199; e4m3 +0.40 %, e5m2 +1.71 % with fp8 keys rotated (kv_quant.rotates_keys), +1.29 % and +3.17 % before.
+# Bounds: the quality table's 3 % target for e5m2, 1 % for e4m3; both fail without the rotation.
+@pytest.mark.slow
+@pytest.mark.parametrize(("kv", "bound"), [("fp8_e4m3", 1.0), ("fp8_e5m2", 3.0)])
+def test_smollm2_perplexity_over_2k_tokens_with_an_fp8_kv_cache(smollm2_gguf, smollm2_fp32_long_perplexity, kv,
+                                                                 bound):
+    from perplexity_helpers import assert_perplexity_near, long_perplexity
+
+    ppl = long_perplexity(smollm2_gguf, dtype="float32", gguf_dequantize=True, kv_cache_dtype=kv)
+    assert_perplexity_near(ppl.value, smollm2_fp32_long_perplexity, bound)

@@ -1,5 +1,6 @@
 // The per-layer elementwise ops of a decoder layer, fused (CPU, OpenMP): RMSNorm (optionally with the residual
-// add), rotary embedding in place, SiLU-and-multiply, and the KV pool store.
+// add), rotary embedding in place, the Hadamard rotation of fp8 KV's queries and keys, SiLU-and-multiply, and
+// the KV pool store.
 //
 // In torch each of these is a chain of ops that each read and write the whole activation (RMSNorm alone is seven)
 // and each pays the dispatcher; here each op is one pass over rows. Every result is rounded to the tensor dtype at
@@ -303,6 +304,37 @@ int rotary_embedding(void *q, void *k, const int64_t *positions, const float *ca
         for (int64_t i = 0; i < D; i++) cs[i] = round1(cache[positions[t] * D + i], dtype);
         rotate_heads((char *)q + (size_t)(t * sq0) * es, Hq, sq1, cs, D, dtype, es);
         rotate_heads((char *)k + (size_t)(t * sk0) * es, Hk, sk1, cs, D, dtype, es);
+    }
+    return 0;
+}
+
+// ---- Hadamard rotation -----------------------------------------------------------------------------------------
+
+// x [T, H, D] (strides s0, s1, 1) rotated in place by the orthonormal Hadamard matrix, in blocks of the largest power
+// of two dividing D: the fast Walsh-Hadamard transform in fp32 (each stage adds and subtracts the pairs (j, j + h)
+// of every run of 2h, kernels/hadamard.py's order), scaled by 1/sqrt(block) and rounded once to the dtype.
+int hadamard_rotate(void *x, int64_t T, int64_t H, int64_t s0, int64_t s1, int64_t D, int dtype, int num_threads) {
+    if (dtype < 0 || dtype > 2 || D < 1 || D > MAX_HEAD_DIM) return 1;
+    const size_t es = dtype == 0 ? 4 : 2;
+    const int64_t block = D & -D;
+    const float scale = (float)(1.0 / sqrt((double)block));
+    const int nt = threads_for(T * H * D, num_threads);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < T; t++) {
+        float v[MAX_HEAD_DIM];
+        for (int64_t hd = 0; hd < H; hd++) {
+            char *row = (char *)x + (size_t)(t * s0 + hd * s1) * es;
+            for (int64_t i = 0; i < D; i++) v[i] = load1(row, i, dtype);
+            for (int64_t b0 = 0; b0 < D; b0 += block)
+                for (int64_t h = 1; h < block; h *= 2)
+                    for (int64_t i = b0; i < b0 + block; i += 2 * h)
+                        for (int64_t j = i; j < i + h; j++) {
+                            const float a = v[j], b = v[j + h];
+                            v[j] = a + b;
+                            v[j + h] = a - b;
+                        }
+            for (int64_t i = 0; i < D; i++) store1(row, i, v[i] * scale, dtype);
+        }
     }
     return 0;
 }

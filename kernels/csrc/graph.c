@@ -59,6 +59,9 @@ static int call_rotary(const GraphCall *c) {
     return rotary_embedding(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), I(9), I(10), I(11), I(12), N(13),
                             N(14));
 }
+static int call_hadamard(const GraphCall *c) {
+    return hadamard_rotate(P(0), I(1), I(2), I(3), I(4), I(5), N(6), N(7));
+}
 static int call_silu(const GraphCall *c) { return silu_and_mul(P(0), P(1), I(2), I(3), I(4), N(5), N(6)); }
 static int call_store_kv(const GraphCall *c) {
     return store_kv(P(0), P(1), P(2), P(3), P(4), I(5), I(6), I(7), I(8), I(9), I(10), I(11), I(12), N(13), N(14),
@@ -93,6 +96,7 @@ static const struct {
     {"graph_gather", call_gather},
     {"rms_norm", call_rms_norm},
     {"rotary_embedding", call_rotary},
+    {"hadamard_rotate", call_hadamard},
     {"silu_and_mul", call_silu},
     {"store_kv", call_store_kv},
     {"paged_decode_attention", call_attention},

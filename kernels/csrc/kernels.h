@@ -10,6 +10,8 @@ int rms_norm(const void *x, const void *residual, void *out, void *sum_out, cons
 int rotary_embedding(void *q, void *k, const int64_t *positions, const float *cache, int64_t T, int64_t Hq,
                      int64_t sq0, int64_t sq1, int64_t Hk, int64_t sk0, int64_t sk1, int64_t D, int64_t max_pos,
                      int dtype, int num_threads);
+int hadamard_rotate(void *x, int64_t T, int64_t H, int64_t s0, int64_t s1, int64_t D, int dtype,
+                    int num_threads);
 int silu_and_mul(const void *x, void *out, int64_t R, int64_t I, int64_t sx, int dtype, int num_threads);
 int store_kv(void *k_cache, void *v_cache, const int64_t *slots, const void *k, const void *v, int64_t T,
              int64_t H, int64_t D, int64_t sk0, int64_t sk1, int64_t sv0, int64_t sv1, int64_t num_slots,

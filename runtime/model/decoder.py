@@ -25,6 +25,7 @@ from sprig.kernels.cpu_gemm import (
     vec_supports,
     vnni_pack,
 )
+from sprig.kernels.kv_quant import rotates_keys
 from sprig.runtime.model.config import ModelConfig
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
@@ -193,6 +194,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
         self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
+        if rotates_keys(k_cache.dtype):  # fp8 keys are stored in the Hadamard basis; q H · k H = q · k
+            self.ops.hadamard_rotate_(q)
+            self.ops.hadamard_rotate_(k)
         # A quantized pool (int8 / fp8 codes) comes with its scales; every backend's store and attention take them.
         scales = {} if k_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
         self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v, **scales)
