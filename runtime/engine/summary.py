@@ -9,6 +9,7 @@ import torch
 from sprig.kernels.backend import backend_reason
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.core import EngineCore
+from sprig.runtime.engine.gauges import read_gauges
 from sprig.runtime.model.kv_pool import KVPool
 from sprig.runtime.model.parallel import pipeline_stage
 
@@ -128,29 +129,27 @@ def format_block(title: str, facts: list[tuple[str, str]]) -> str:
 def engine_stats(core: EngineCore) -> dict[str, Any]:
     """A snapshot of load, KV usage, cache figures and step timings (call it on the engine thread)."""
     c = core.counters
-    kv = core.kv
-    total = kv.total_tokens
-    used = total - core.pool.num_free_tokens
+    g = read_gauges(core)  # why: the figures /metrics scrapes, read one way
     decode_steps = max(c.decode_steps, 1)
     return {
-        "running": len(core.scheduler.running),
-        "waiting": len(core.scheduler.waiting),
-        "kv_total_tokens": total,
-        "kv_used_tokens": used,
-        "kv_usage": used / total if total else 0.0,
-        "kv_free_tokens": core.pool.num_free_tokens,
+        "running": g.running,
+        "waiting": g.waiting,
+        "kv_total_tokens": g.kv_total_tokens,
+        "kv_used_tokens": g.kv_total_tokens - g.kv_free_tokens,
+        "kv_usage": g.kv_usage,
+        "kv_free_tokens": g.kv_free_tokens,
         "cache_evictable_tokens": core.tree.evictable_size,
         "cache_protected_tokens": core.tree.protected_size,
-        "cached_tokens": c.cached_tokens,
-        "prompt_tokens": c.prompt_tokens,
-        "cache_hit_rate": c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0,
+        "cached_tokens": g.cached_tokens,
+        "prompt_tokens": g.prompt_tokens,
+        "cache_hit_rate": g.cache_hit_rate,
         "generated_tokens": c.generated_tokens,
         "computed_tokens": c.computed_tokens,
-        "num_preemptions": core.scheduler.num_preemptions,
+        "num_preemptions": g.num_preemptions,
         "finished_requests": c.finished_requests,
         "aborted_requests": c.aborted_requests,
         "request_errors": c.request_errors,
-        "steps": c.steps,
+        "steps": g.steps,
         "tokens_per_step": (sum(c.recent_step_tokens) / len(c.recent_step_tokens)) if c.recent_step_tokens
         else 0.0,
         "avg_decode_batch": c.decode_batch_tokens / decode_steps,
@@ -159,7 +158,7 @@ def engine_stats(core: EngineCore) -> dict[str, Any]:
         "context_length": core.context_length,
         "page_size": core.pool.page_size,
         "jump_forward_tokens": c.jump_forward_tokens,
-        "grammar": core.grammar.stats(),
+        "grammar": g.grammar,
         **hicache_stats(core),
         **(core.spec.stats() if core.spec is not None else {}),
     }
