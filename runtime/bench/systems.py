@@ -202,9 +202,12 @@ def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None 
                  dequantize: bool = False) -> ServerSystem:
     """`sprig serve` on the setup's checkpoint (radix cache on or off, weights quantized at load or not, a GGUF
     file's blocks kept or dequantized)."""
+    if dequantize and not setup.is_gguf:
+        raise SystemUnavailable("sprig-bf16 dequantizes a GGUF file: pass --model FILE.gguf")
     name = "sprig" if cache else "sprig-no-cache"
+    dtype = "bfloat16" if dequantize else setup.dtype
     cmd = [sys.executable, "-m", "sprig.runtime.cli", "serve", "--model", str(setup.model_dir),
-           "--dtype", setup.dtype, "--num-threads", str(setup.threads), "--port", str(port),
+           "--dtype", dtype, "--num-threads", str(setup.threads), "--port", str(port),
            "--max-total-tokens", str(setup.kv_tokens), "--served-model-name", "default"]
     if not cache:
         cmd.append("--disable-radix-cache")
@@ -212,10 +215,7 @@ def sprig_server(setup: Setup, cache: bool, port: int, quantization: str | None 
         name = f"sprig-{quantization}"
         cmd += ["--quantization", quantization]
     if dequantize:
-        if not setup.is_gguf:
-            raise SystemUnavailable("sprig-bf16 dequantizes a GGUF file: pass --model FILE.gguf")
         name = "sprig-bf16"
-        cmd[cmd.index("--dtype") + 1] = "bfloat16"
         cmd.append("--gguf-dequantize")
     return ServerSystem(name, cmd, port, setup.log_dir / f"{name}.log", stats_route="/server_info",
                         progress=setup.progress)
