@@ -211,8 +211,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=int(settings.shutdown_timeout) + 5,
                             h11_max_incomplete_event_size=64 << 10)
     server = _Server(config, app.state.sprig)
+    default_interval = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    asyncio.run(server.serve(sockets=[sock]))
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        sys.setswitchinterval(default_interval)  # why: a caller's process (tests run serve in process) gets it back
     if status["code"] == 0:
         print("sprig: stopped", file=sys.stderr, flush=True)
     return status["code"]
