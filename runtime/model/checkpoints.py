@@ -88,6 +88,51 @@ RECIPES: dict[str, CheckpointRecipe] = {
                                    seed=11),
 }
 TINY_ARCHITECTURES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"]
+# Phi-3, Granite, GPT-NeoX and StableLM, each part set so that leaving it out changes the logits: biases and norm
+# weights random, multipliers far from 1, partial rotary, LongRoPE in both regimes (its long factors when the served
+# context passes original_max_position_embeddings, see rope.py), head_dim 32 so the rotated part has 4+ frequencies.
+_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0,
+             "short_factor": [1.0, 1.3, 1.9, 2.6, 3.4, 4.1, 5.0, 6.2],
+             "long_factor": [1.1, 2.0, 3.5, 5.5, 8.0, 11.0, 15.0, 20.0]}
+FAMILY_RECIPES: dict[str, CheckpointRecipe] = {
+    "tiny-phi3-long": CheckpointRecipe(
+        "tiny-phi3-long", "Phi3ForCausalLM", num_heads=2, num_kv_heads=1, head_dim=32, seed=21,
+        extra_config=(("rope_parameters", {**_LONGROPE, "partial_rotary_factor": 0.5,
+                                           "original_max_position_embeddings": 2}),
+                      ("original_max_position_embeddings", 2)),
+    ),
+    "tiny-phi3-short": CheckpointRecipe(
+        "tiny-phi3-short", "Phi3ForCausalLM", num_heads=2, num_kv_heads=2, head_dim=32, seed=22,
+        extra_config=(("rope_parameters", {**_LONGROPE, "short_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
+                                                                           4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0],
+                                           "long_factor": [9.0] * 16, "factor": 8.0,
+                                           "original_max_position_embeddings": 2048}),
+                      ("original_max_position_embeddings", 2048)),
+    ),
+    "tiny-granite": CheckpointRecipe(
+        "tiny-granite", "GraniteForCausalLM", seed=23, tie_word_embeddings=True,
+        extra_config=(("embedding_multiplier", 3.0), ("residual_multiplier", 0.4), ("attention_multiplier", 0.3),
+                      ("logits_scaling", 2.5), ("attention_bias", True), ("mlp_bias", True)),
+    ),
+    "tiny-gpt-neox": CheckpointRecipe(
+        "tiny-gpt-neox", "GPTNeoXForCausalLM", num_heads=2, num_kv_heads=2, seed=24,
+        extra_config=(("rotary_pct", 0.25), ("use_parallel_residual", True), ("hidden_act", "gelu")),
+    ),
+    "tiny-gpt-neox-sequential": CheckpointRecipe(
+        "tiny-gpt-neox-sequential", "GPTNeoXForCausalLM", num_heads=2, num_kv_heads=2, seed=25,
+        extra_config=(("rotary_pct", 0.5), ("use_parallel_residual", False), ("hidden_act", "gelu_new")),
+    ),
+    "tiny-stablelm": CheckpointRecipe(
+        "tiny-stablelm", "StableLmForCausalLM", num_heads=2, num_kv_heads=1, seed=26,
+        extra_config=(("partial_rotary_factor", 0.25), ("use_parallel_residual", True), ("use_qkv_bias", True)),
+    ),
+    "tiny-stablelm-sequential": CheckpointRecipe(
+        "tiny-stablelm-sequential", "StableLmForCausalLM", num_heads=2, num_kv_heads=2, seed=27,
+        extra_config=(("partial_rotary_factor", 0.5), ("use_parallel_residual", False)),
+    ),
+}
+RECIPES.update(FAMILY_RECIPES)
+FAMILY_CHECKPOINTS = list(FAMILY_RECIPES)
 
 
 def cache_dir() -> Path:

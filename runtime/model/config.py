@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model.families import FAMILY_ARCHITECTURES, LayerParts, layer_parts, norm_eps, qkv_bias
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")  # freq_factors: GGUF's rope_freqs
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           *FAMILY_ARCHITECTURES)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors",  # freq_factors: GGUF's rope_freqs
+              "longrope")  # longrope: Phi-3's short and long factors ("su" in older configs)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ class ModelConfig:
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
     context_length: int  # the longest sequence sprig serves (a sliding window caps it)
+    parts: LayerParts = LayerParts()  # the family's norms, MLP, residual wiring, partial rope and multipliers
+
+    @property
+    def rotary_dim(self) -> int:
+        """The channels of each head that rope turns (the first ones): all of them but with partial rotary."""
+        return int(self.head_dim * self.parts.partial_rotary_factor)
 
     @property
     def q_size(self) -> int:
@@ -60,6 +69,10 @@ def _rope_from_hf(raw: dict[str, Any]) -> RopeConfig:
     params = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
     theta = float(params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
     rope_type = str(params.pop("rope_type", params.pop("type", "default")))
+    params.pop("partial_rotary_factor", None)  # why: a family part (`LayerParts`), not a rope parameter
+    if rope_type in ("longrope", "su"):  # Phi-3 keeps the pretraining length at the top of its config
+        rope_type = "longrope"
+        params.setdefault("original_max_position_embeddings", raw.get("original_max_position_embeddings"))
     if rope_type not in ROPE_TYPES:
         raise CheckpointError(f"unsupported rope type {rope_type!r}; supported: {', '.join(ROPE_TYPES)}")
     return RopeConfig(theta=theta, rope_type=rope_type, params=params)
@@ -122,15 +135,16 @@ def load_model_config(folder: str | Path) -> ModelConfig:
             num_heads=num_heads,
             num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
             head_dim=int(raw.get("head_dim") or hidden // num_heads),
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=norm_eps(arch, raw),  # the eps of whichever norm the family uses
             max_position_embeddings=max_pos,
             rope=_rope_from_hf(raw),
-            attention_bias=bool(raw.get("attention_bias", arch == "Qwen2ForCausalLM")),
+            attention_bias=qkv_bias(arch, raw),
             qk_norm=arch == "Qwen3ForCausalLM",
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
             eos_token_ids=_eos_ids(raw, folder),
             context_length=context,
+            parts=layer_parts(arch, raw),
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks required field {e.args[0]!r}") from None

@@ -1,7 +1,10 @@
-"""The decoder family behind Llama, Mistral, Qwen2 and Qwen3, configured by the HF config.
+"""The decoder family behind Llama, Mistral, Qwen2, Qwen3, Phi-3, Granite, GPT-NeoX and StableLM, configured by the
+HF config.
 
 Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
 gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
+`ModelConfig.parts` (`families.py`) selects the other families' variants: LayerNorm, a GELU MLP, parallel
+residuals, partial rotary, biases and Granite's multipliers.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from sprig.kernels.cpu_gemm import (
 )
 from sprig.kernels.kv_quant import rotates_keys
 from sprig.runtime.model.config import ModelConfig
+from sprig.runtime.model.families import Activation, NormKind, Residual
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
@@ -159,6 +163,32 @@ class RMSNorm(nn.Module):
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
 
 
+class LayerNorm(nn.Module):
+    """LayerNorm with weight and bias (GPT-NeoX, StableLM), with RMSNorm's interface. torch's kernel on every
+    backend: it computes in float32 whatever the dtype, as transformers' nn.LayerNorm does."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(dim, dtype=dtype), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual)."""
+        residual = x + residual
+        return self(residual), residual
+
+
+def make_norm(cfg: ModelConfig, dim: int, dtype: torch.dtype, ops: KernelSet) -> RMSNorm | LayerNorm:
+    """The family's norm over `dim` channels."""
+    if cfg.parts.norm is NormKind.LAYER:
+        return LayerNorm(dim, cfg.rms_norm_eps, dtype)
+    return RMSNorm(dim, cfg.rms_norm_eps, dtype, ops)
+
+
 class Attention(nn.Module):
     """GQA attention over this rank's heads (`cfg` is the rank-local config); o_proj's partial sums are reduced."""
 
@@ -168,10 +198,12 @@ class Attention(nn.Module):
         self.ops = ops
         self.tp = tp
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
-        self.o_proj = Linear(cfg.q_size, cfg.hidden_size, False, dtype)
+        self.o_proj = Linear(cfg.q_size, cfg.hidden_size, cfg.parts.o_proj_bias, dtype)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
-        self.scale = cfg.head_dim**-0.5
+        multiplier = cfg.parts.attention_multiplier
+        self.scale = cfg.head_dim**-0.5 if multiplier is None else multiplier
+        self.rotary_dim = cfg.rotary_dim
 
     def forward(
         self,
@@ -193,7 +225,10 @@ class Attention(nn.Module):
             assert self.k_norm is not None  # set with q_norm
             q, k = self.q_norm(q), self.k_norm(k)
         # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
-        self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
+        if self.rotary_dim < cfg.head_dim:  # partial rotary: views of each head's first channels (every rope takes them)
+            self.ops.apply_rotary_(q[..., : self.rotary_dim], k[..., : self.rotary_dim], batch.positions, cos_sin)
+        else:
+            self.ops.apply_rotary_(q, k, batch.positions, cos_sin)
         if rotates_keys(k_cache.dtype):  # fp8 keys are stored in the Hadamard basis; q H · k H = q · k
             self.ops.hadamard_rotate_(q)
             self.ops.hadamard_rotate_(k)
@@ -205,15 +240,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """SwiGLU (`gate_up_proj` holds gate then up), or a plain GELU MLP where `gate_up_proj` holds up alone."""
+
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
         super().__init__()
         self.ops = ops
         self.tp = tp
-        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype)
+        self.activation = cfg.parts.activation
+        rows = 2 * cfg.intermediate_size if cfg.parts.gated else cfg.intermediate_size
+        self.gate_up_proj = Linear(cfg.hidden_size, rows, cfg.parts.mlp_bias, dtype)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, cfg.parts.mlp_bias, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.all_reduce(self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x))))
+        return self.tp.all_reduce(self.down_proj(self._activate(self.gate_up_proj(x))))
+
+    def _activate(self, h: torch.Tensor) -> torch.Tensor:
+        if self.activation is Activation.SILU:
+            return self.ops.silu_and_mul(h)
+        return F.gelu(h, approximate="tanh" if self.activation is Activation.GELU_TANH else "none")
 
 
 class DecoderLayer(nn.Module):
@@ -221,8 +265,11 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = Attention(cfg, dtype, ops, tp)
         self.mlp = MLP(cfg, dtype, ops, tp)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
+        self.input_layernorm = make_norm(cfg, cfg.hidden_size, dtype, ops)
+        self.residual = cfg.parts.residual
+        shared = self.residual is Residual.PARALLEL_SHARED_NORM  # why: its MLP reads input_layernorm's output
+        self.post_attention_layernorm = None if shared else make_norm(cfg, cfg.hidden_size, dtype, ops)
+        self.residual_multiplier = cfg.parts.residual_multiplier
 
     def forward(
         self,
@@ -239,9 +286,18 @@ class DecoderLayer(nn.Module):
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm.add_and_norm(x, residual)
-        x = self.self_attn(x, batch, cos_sin, k_cache, v_cache, k_scale, v_scale)
-        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
-        return self.mlp(x), residual
+        attn = self.self_attn(x, batch, cos_sin, k_cache, v_cache, k_scale, v_scale)
+        # The layer's output is added to `residual` by the next layer's (or the final) norm.
+        if self.residual is Residual.SEQUENTIAL:
+            assert self.post_attention_layernorm is not None  # built unless the norm is shared
+            h, residual = self.post_attention_layernorm.add_and_norm(self._scaled(attn), residual)
+            return self._scaled(self.mlp(h)), residual
+        mlp_in = x if self.post_attention_layernorm is None else self.post_attention_layernorm(residual)
+        return attn + self.mlp(mlp_in), residual
+
+    def _scaled(self, x: torch.Tensor) -> torch.Tensor:
+        """An attention or MLP output scaled by Granite's residual multiplier (a no-op for the other families)."""
+        return x if self.residual_multiplier == 1.0 else x * self.residual_multiplier
 
 
 class CausalLM(nn.Module):
@@ -275,12 +331,12 @@ class CausalLM(nn.Module):
         if self.embed_tokens is not None:
             self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops) if last else None
+        self.norm = make_norm(cfg, cfg.hidden_size, dtype, ops) if last else None
         self.lm_head = Linear(cfg.hidden_size, self.plan.vocab_rows, False, dtype, LOGITS_DTYPE) if last else None
         self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
-        cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
+        cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, cfg.context_length)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     def tie_lm_head(self) -> None:
@@ -310,6 +366,8 @@ class CausalLM(nn.Module):
         output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
+            if self.cfg.parts.embedding_multiplier != 1.0:  # Granite
+                x = x * self.cfg.parts.embedding_multiplier
         else:
             x, residual = hidden[0], hidden[1]
         no_scales = [None] * len(self.layers)
@@ -328,6 +386,8 @@ class CausalLM(nn.Module):
         logits = self.lm_head(x)
         if logits.dtype != LOGITS_DTYPE:  # an int8 head writes the activation dtype (its kernel's); the rest do not
             logits = logits.to(LOGITS_DTYPE)
+        if self.cfg.parts.logits_scaling != 1.0:  # Granite
+            logits = logits / self.cfg.parts.logits_scaling
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -78,6 +78,7 @@ def gguf_targets(model: CausalLM, arch: str) -> dict[str, GGUFTarget]:
         targets[f"{p}ffn_up.weight"] = GGUFTarget(mlp.gate_up_proj, "weight", inter, inter)
         targets[f"{p}ffn_down.weight"] = GGUFTarget(mlp.down_proj, "weight")
         targets[f"{p}attn_norm.weight"] = GGUFTarget(layer.input_layernorm, "weight")
+        assert layer.post_attention_layernorm is not None  # GGUF's architectures are sequential, one norm each
         targets[f"{p}ffn_norm.weight"] = GGUFTarget(layer.post_attention_layernorm, "weight")
     return targets
 

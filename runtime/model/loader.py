@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from sprig.runtime.model.block_quant import (
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
 from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear
+from sprig.runtime.model.families import FAMILY_ARCHITECTURES
+from sprig.runtime.model.family_tensors import checkpoint_layout
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
@@ -69,6 +71,7 @@ class Target:
     row_start: int = 0
     rows: int | None = None  # None: the whole parameter
     source: SourceSlice | None = None  # None: the whole checkpoint tensor
+    reorder: Callable[[torch.Tensor], torch.Tensor] | None = None  # the checkpoint's row order into sprig's
 
 
 def resolve_dtype(name: str, cfg: ModelConfig) -> torch.dtype:
@@ -83,7 +86,7 @@ def _weight_targets(model: CausalLM, fp8: Fp8Format | None = None, int4: Int4For
                     ) -> dict[str, Target]:
     """Where each checkpoint tensor goes; an fp8 checkpoint adds each fp8 linear's scale tensor, an AWQ / GPTQ one
     replaces each quantized linear's weight by its parts (`Int4Format.parts`)."""
-    targets = _plain_targets(model)
+    targets = _family_targets(model, _plain_targets(model))
     if int4 is not None:
         for name, target in list(targets.items()):
             if isinstance(target.module, BlockQuantLinear) and target.attr == "weight":
@@ -140,8 +143,27 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
         targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
         targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
-        targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+        if layer.post_attention_layernorm is not None:  # why: StableLM's parallel layers share input_layernorm
+            targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
     return targets
+
+
+def _family_targets(model: CausalLM, targets: dict[str, Target]) -> dict[str, Target]:
+    """Llama's targets made the family's: a bias beside every weight whose module has one, a non-gated MLP's up
+    projection alone, then the checkpoint's own names (`family_tensors.checkpoint_layout`)."""
+    for name, target in list(targets.items()):
+        bias = name.removesuffix("weight") + "bias"
+        if target.attr == "weight" and getattr(target.module, "bias", None) is not None and bias not in targets:
+            targets[bias] = replace(target, attr="bias")
+    if not model.cfg.parts.gated:  # why: gate_up_proj holds up alone, from row 0
+        for name in [n for n in targets if ".mlp.gate_proj." in n]:
+            up = name.replace(".gate_proj.", ".up_proj.")
+            targets[up] = replace(targets.pop(name), row_start=0)
+    fused, renames = checkpoint_layout(model.cfg, targets)
+    for group in fused:
+        first = [targets.pop(part) for part in group.parts][0]
+        targets[group.name] = Target(first.module, first.attr, reorder=group.reorder)
+    return {renames.get(name, name): target for name, target in targets.items()}
 
 
 def _other_stage(name: str, model: CausalLM) -> bool:
@@ -283,7 +305,7 @@ def _build_empty_model(
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
-    cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
+    cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, cfg.context_length)
     model.cos_sin_cache = cache.to(device)
     for head in (model.embed_tokens, model.lm_head):  # either may be another pipeline stage's
         if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
@@ -336,6 +358,10 @@ def load_model(
     if block_quantization(quantization) is not None and tp is not None and tp.enabled:
         raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
                               "--tp-size 1")
+    split = (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers)
+    if split and cfg.architecture in FAMILY_ARCHITECTURES:  # why: fused checkpoint tensors, biases after all-reduces
+        raise CheckpointError(f"{cfg.architecture} with tensor or pipeline parallelism is not supported yet; use "
+                              "--tp-size 1 --pp-size 1")
     files = _safetensors_files(folder)
     try:
         model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4)
@@ -365,6 +391,8 @@ def load_model(
                         continue
                     target = targets[name]
                     tensor = _read(f, name, target.source)
+                    if target.reorder is not None:
+                        tensor = target.reorder(tensor)
                     if parts is not None and target.attr in parts.fmt.parts:
                         assert isinstance(target.module, BlockQuantLinear)  # _weight_targets made it so
                         rows = target.module.out_features if target.rows is None else target.rows

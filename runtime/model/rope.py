@@ -55,8 +55,33 @@ def _yarn_inv_freq(theta: float, dim: int, p: dict, max_pos: int) -> tuple[torch
     return inv_freq, float(attn)
 
 
-def rope_inv_freq(rope: RopeConfig, head_dim: int, max_pos: int) -> tuple[torch.Tensor, float]:
-    """Return (inverse frequencies [head_dim // 2], scale applied to cos/sin)."""
+def _longrope_inv_freq(theta: float, dim: int, p: dict, max_pos: int, length: int) -> tuple[torch.Tensor, float]:
+    """Phi-3's LongRoPE: a divisor per frequency, `long_factor` when the served context `length` passes the
+    pretraining length, else `short_factor`, and cos/sin scaled by the attention factor.
+
+    transformers picks per forward by the sequence's current length; sprig picks once, for the context it serves,
+    so every token of every request is turned by the same table (a batch, a cached prefix and a request alone
+    agree). The two are equal whenever the sequence is in the served context's regime."""
+    orig = p.get("original_max_position_embeddings")
+    if orig is None:
+        raise ValueError("longrope scaling needs original_max_position_embeddings in config.json")
+    factor = p.get("factor") or max_pos / orig
+    attn = p.get("attention_factor")
+    if attn is None:
+        attn = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    key = "long_factor" if length > orig else "short_factor"
+    factors = torch.tensor(p.get(key) or [], dtype=torch.float32)
+    if factors.shape != (dim // 2,):
+        raise ValueError(f"rope {key} must hold {dim // 2} values (half the rotary dim), got {factors.numel()}")
+    return 1.0 / (factors * theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), float(attn)
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int, max_pos: int, length: int | None = None
+                  ) -> tuple[torch.Tensor, float]:
+    """Return (inverse frequencies [head_dim // 2], scale applied to cos/sin); `length` is the served context
+    (longrope picks its factors by it; None: `max_pos`)."""
+    if rope.rope_type == "longrope":
+        return _longrope_inv_freq(rope.theta, head_dim, rope.params, max_pos, max_pos if length is None else length)
     inv_freq = _default_inv_freq(rope.theta, head_dim)
     if rope.rope_type == "linear":
         return inv_freq / float(rope.params["factor"]), 1.0
@@ -70,8 +95,9 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int, max_pos: int) -> tuple[torch.
 
 
 def rope_cos_sin_cache(rope: RopeConfig, head_dim: int, max_pos: int, length: int) -> torch.Tensor:
-    """A float32 [length, head_dim] table: cos in the first half, sin in the second (rotate-half layout)."""
-    inv_freq, scale = rope_inv_freq(rope, head_dim, max_pos)
+    """A float32 [length, head_dim] table: cos in the first half, sin in the second (rotate-half layout).
+    `head_dim` is the rotated width (`ModelConfig.rotary_dim`: less than the head with partial rotary)."""
+    inv_freq, scale = rope_inv_freq(rope, head_dim, max_pos, length)
     t = torch.arange(length, dtype=torch.float32)
     freqs = torch.outer(t, inv_freq)
     return torch.cat([freqs.cos() * scale, freqs.sin() * scale], dim=-1)
