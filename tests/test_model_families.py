@@ -1,6 +1,6 @@
 """Phi-3, Granite, GPT-NeoX and StableLM (issue 31) beyond the logit parity of `test_model_parity.py`: the engine's
-output alone, batched and from the radix cache; the torch, Triton and C kernels; LongRoPE's choice of factors; CPU
-graphs over partial rotary; and the one-line refusals."""
+output alone, batched and from the radix cache; the torch, Triton and C kernels; LongRoPE's choice of factors; and the
+one-line refusals (CPU graphs over partial rotary: `test_cpu_graph.py`)."""
 
 from __future__ import annotations
 
@@ -95,23 +95,6 @@ def test_triton_kernels_match_torch_kernels(name, tmp_path):
                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) < TOL
-
-
-def test_bf16_phi3_decodes_through_cpu_graphs():
-    """bf16 linears run sprig's C kernels, so a Phi-3 decode step (partial rotary: the C rope over strided views of
-    each head's first channels) is captured and replays what the eager step computes."""
-    model = load_model(checkpoint_path("tiny-phi3-long"), "bfloat16")
-    pool = KVPool(model.cfg, PoolSize(64, 16), torch.bfloat16)
-    runner = ModelRunner(model, pool)
-    pages = pool.alloc(4)
-    runner.forward([SeqInput(list(range(3, 20)), 0, pages)])
-    snapshot = pool.buffer.clone()
-    eager = runner.forward([SeqInput([5], 17, pages)]).logits.clone()
-    pool.buffer.copy_(snapshot)
-    runner.enable_decode_graphs(max_context=64, max_batch=4, use_graphs=True)
-    got = runner.forward([SeqInput([5], 17, pages)]).logits
-    assert runner.graph_runner.capture_error is None and runner.graph_runner.cpu_graphs
-    assert torch.equal(got, eager)
 
 
 def test_longrope_picks_long_factors_only_past_the_pretraining_length():
