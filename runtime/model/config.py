@@ -9,10 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model.family import (
+    FAMILY_ARCHITECTURES,
+    FamilyTraits,
+    family_traits,
+    global_rope_raw,
+    text_config,
+)
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           *FAMILY_ARCHITECTURES)
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")  # freq_factors: GGUF's rope_freqs
 
 
@@ -46,6 +54,7 @@ class ModelConfig:
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
     context_length: int  # the longest sequence sprig serves (a sliding window caps it)
+    family: FamilyTraits = FamilyTraits()  # Gemma / OLMo-2 variants of the layer (family.py)
 
     @property
     def q_size(self) -> int:
@@ -97,6 +106,7 @@ def load_model_config(folder: str | Path) -> ModelConfig:
         raw = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"config.json is not valid JSON: {e}") from None
+    raw = text_config(raw)
     archs = raw.get("architectures") or []
     arch = archs[0] if archs else None
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -107,7 +117,8 @@ def load_model_config(folder: str | Path) -> ModelConfig:
         num_heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
         max_pos = int(raw.get("max_position_embeddings", 4096))
-        window = _sliding_window(raw)
+        family = family_traits(arch, raw, hidden, int(raw["num_hidden_layers"]))
+        window = None if family.layer_windows else _sliding_window(raw)  # why: per-layer windows are masked
         context = max_pos
         if window is not None and window < max_pos:
             # Full attention equals sliding-window attention while sequences fit in the window.
@@ -124,13 +135,15 @@ def load_model_config(folder: str | Path) -> ModelConfig:
             head_dim=int(raw.get("head_dim") or hidden // num_heads),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=max_pos,
-            rope=_rope_from_hf(raw),
+            rope=_rope_from_hf(global_rope_raw(raw)),
             attention_bias=bool(raw.get("attention_bias", arch == "Qwen2ForCausalLM")),
-            qk_norm=arch == "Qwen3ForCausalLM",
+            qk_norm=arch in ("Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM",
+                             "Gemma3ForConditionalGeneration"),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
             eos_token_ids=_eos_ids(raw, folder),
             context_length=context,
+            family=family,
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks required field {e.args[0]!r}") from None

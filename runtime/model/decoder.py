@@ -1,7 +1,9 @@
-"""The decoder family behind Llama, Mistral, Qwen2 and Qwen3, configured by the HF config.
+"""The decoder family behind Llama, Mistral, Qwen2, Qwen3, Gemma 1-3 and OLMo-2, configured by the HF config.
 
 Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
 gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
+`ModelConfig.family` (`family.py`) adds the other families' parts: norms after attention and MLP, (1 + w) norms in
+fp32, GeGLU, scaled embeddings, soft-capped scores and logits, per-layer sliding windows and rope tables.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sprig.kernels.activation import gelu_tanh_and_mul
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.kernels.cpu_gemm import (
@@ -26,7 +29,9 @@ from sprig.kernels.cpu_gemm import (
     vnni_pack,
 )
 from sprig.kernels.kv_quant import rotates_keys
-from sprig.runtime.model.config import ModelConfig
+from sprig.kernels.norm import rms_norm_fp32_scale
+from sprig.runtime.model.config import ModelConfig, RopeConfig
+from sprig.runtime.model.family import Activation
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
@@ -145,33 +150,57 @@ def can_pack_for_onednn(dtype: torch.dtype, device: torch.device | str) -> bool:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet) -> None:
+    """RMSNorm through the backend's kernels; for a `cfg.family.norm_scale_fp32` family the weight is held in fp32
+    and scales in fp32 (Gemma's (1 + w) is folded into it by `fold_offset`), in torch."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet, cfg: ModelConfig | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+        fp32 = cfg is not None and cfg.family.norm_scale_fp32
+        self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32 if fp32 else dtype), requires_grad=False)
         self.eps = eps
         self.ops = ops
+        self.fp32_scale = fp32
+        self.offset = cfg.family.norm_offset if cfg is not None else 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp32_scale:
+            return rms_norm_fp32_scale(x, self.weight, self.eps)
         return self.ops.rms_norm(x, self.weight, self.eps)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual)."""
+        if self.fp32_scale:
+            residual = x + residual
+            return rms_norm_fp32_scale(residual, self.weight, self.eps), residual
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def fold_offset(self) -> None:
+        """Gemma's checkpoints store w for a (1 + w) scale: hold 1 + w (in fp32, as transformers computes it)."""
+        if self.offset:
+            self.weight.data.add_(self.offset)
 
 
 class Attention(nn.Module):
     """GQA attention over this rank's heads (`cfg` is the rank-local config); o_proj's partial sums are reduced."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, layer: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.ops = ops
         self.tp = tp
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, False, dtype)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
-        self.scale = cfg.head_dim**-0.5
+        family = cfg.family
+        self.qk_across_heads = family.qk_norm_across_heads  # OLMo-2: one norm over all heads' q (and k)
+        q_dim, k_dim = (cfg.q_size, cfg.kv_size) if self.qk_across_heads else (cfg.head_dim, cfg.head_dim)
+        self.q_norm = RMSNorm(q_dim, cfg.rms_norm_eps, dtype, ops, cfg) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(k_dim, cfg.rms_norm_eps, dtype, ops, cfg) if cfg.qk_norm else None
+        self.scale = family.attn_scale or cfg.head_dim**-0.5
+        self.softcap = family.attn_softcap
+        self.window = family.window(layer)
+        self.local_rope = family.local_rope(layer)  # Gemma 3's sliding layers: their own rope table
+        # Only what is set is passed: a backend's paged_attention need not know options no layer uses.
+        self.options = {k: v for k, v in (("softcap", self.softcap), ("window", self.window)) if v is not None}
 
     def forward(
         self,
@@ -186,10 +215,13 @@ class Attention(nn.Module):
         cfg = self.cfg
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        if self.qk_across_heads:
+            assert self.q_norm is not None and self.k_norm is not None  # built with qk_across_heads
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q.reshape(-1, cfg.num_heads, cfg.head_dim)
         k = k.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.qk_across_heads:
             assert self.k_norm is not None  # set with q_norm
             q, k = self.q_norm(q), self.k_norm(k)
         # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
@@ -200,7 +232,7 @@ class Attention(nn.Module):
         # A quantized pool (int8 / fp8 codes) comes with its scales; every backend's store and attention take them.
         scales = {} if k_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
         self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v, **scales)
-        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales)
+        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales, **self.options)
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, cfg.q_size)))
 
 
@@ -211,18 +243,30 @@ class MLP(nn.Module):
         self.tp = tp
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype)
+        # GeGLU has no C or Triton kernel yet: the torch op (on any device)
+        self.act = ops.silu_and_mul if cfg.family.activation is Activation.SILU else gelu_tanh_and_mul
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.all_reduce(self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x))))
+        return self.tp.all_reduce(self.down_proj(self.act(self.gate_up_proj(x))))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
+    """Norms where `cfg.family.norms` puts them: `input_layernorm` before attention and `post_attention_layernorm`
+    before the MLP (pre-norms, Llama's names), `attn_out_norm` / `mlp_out_norm` on their outputs (post-norms)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, layer: int = 0) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, dtype, ops, tp)
+        self.self_attn = Attention(cfg, dtype, ops, tp, layer)
         self.mlp = MLP(cfg, dtype, ops, tp)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
+        placement = cfg.family.norms
+
+        def norm(built: bool) -> RMSNorm | None:
+            return RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops, cfg) if built else None
+
+        self.input_layernorm = norm(placement.has_pre)
+        self.post_attention_layernorm = norm(placement.has_pre)
+        self.attn_out_norm = norm(placement.has_post)
+        self.mlp_out_norm = norm(placement.has_post)
 
     def forward(
         self,
@@ -235,13 +279,26 @@ class DecoderLayer(nn.Module):
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual, x = x, self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm.add_and_norm(x, residual)
+        x, residual = _add_and_norm(self.input_layernorm, x, residual)
         x = self.self_attn(x, batch, cos_sin, k_cache, v_cache, k_scale, v_scale)
-        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
-        return self.mlp(x), residual
+        if self.attn_out_norm is not None:
+            x = self.attn_out_norm(x)
+        x, residual = _add_and_norm(self.post_attention_layernorm, x, residual)
+        x = self.mlp(x)
+        if self.mlp_out_norm is not None:
+            x = self.mlp_out_norm(x)
+        return x, residual
+
+
+def _add_and_norm(norm: RMSNorm | None, x: torch.Tensor, residual: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(x + residual), x + residual), the residual absent before the first layer; no norm: the sum twice."""
+    if residual is None:
+        return (x if norm is None else norm(x)), x
+    if norm is None:
+        residual = x + residual
+        return residual, residual
+    return norm.add_and_norm(x, residual)
 
 
 class CausalLM(nn.Module):
@@ -274,14 +331,33 @@ class CausalLM(nn.Module):
             else None
         if self.embed_tokens is not None:
             self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops) if last else None
+        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp, self.stage.start + i)
+                                    for i in range(self.stage.count))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops, cfg) if last else None
         self.lm_head = Linear(cfg.hidden_size, self.plan.vocab_rows, False, dtype, LOGITS_DTYPE) if last else None
         self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
+        self.register_buffer("cos_sin_cache", None, persistent=False)
+        self.register_buffer("local_cos_sin_cache", None, persistent=False)  # Gemma 3's sliding layers' table
+        self.build_rope_tables()
+
+    def build_rope_tables(self, device: torch.device | str | None = None) -> None:
+        """The rotary cos/sin tables (float32, computed on the CPU, then moved to `device`)."""
+        cfg = self.cfg
         cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
-        self.register_buffer("cos_sin_cache", cache, persistent=False)
+        self.cos_sin_cache = cache.to(device) if device is not None else cache
+        theta = cfg.family.local_rope_theta
+        if theta is not None:
+            local = rope_cos_sin_cache(RopeConfig(theta), cfg.head_dim, cfg.max_position_embeddings,
+                                       cfg.context_length)
+            self.local_cos_sin_cache = local.to(device) if device is not None else local
+
+    def fold_norm_offsets(self) -> None:
+        """Turn a Gemma checkpoint's norm weights w into the 1 + w the norms scale by (once, after loading)."""
+        for m in self.modules():
+            if isinstance(m, RMSNorm):
+                m.fold_offset()
 
     def tie_lm_head(self) -> None:
         """Make a tied LM head's weight the embedding's (again: `to_empty` gives each module its own copy). A
@@ -315,7 +391,9 @@ class CausalLM(nn.Module):
         no_scales = [None] * len(self.layers)
         for layer, k_cache, v_cache, k_scale, v_scale in zip(
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
-            x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
+            assert isinstance(layer, DecoderLayer)  # a ModuleList yields plain Modules
+            table = self.local_cos_sin_cache if layer.self_attn.local_rope else self.cos_sin_cache
+            x, residual = layer(x, residual, batch, table, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # every stage has layers
         if not self.stage.last:
             return torch.stack((x, residual))
@@ -328,11 +406,17 @@ class CausalLM(nn.Module):
         logits = self.lm_head(x)
         if logits.dtype != LOGITS_DTYPE:  # an int8 head writes the activation dtype (its kernel's); the rest do not
             logits = logits.to(LOGITS_DTYPE)
+        cap = self.cfg.family.final_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         assert self.embed_tokens is not None  # built on the first stage
-        return self.embed_tokens(ids) if not self.tp.enabled else self._embed_sharded(ids)
+        x = self.embed_tokens(ids) if not self.tp.enabled else self._embed_sharded(ids)
+        scale = self.cfg.family.embed_scale
+        # Gemma rounds sqrt(hidden) to the model dtype first, as transformers does
+        return x if scale is None else x * torch.tensor(scale, dtype=x.dtype)
 
     def _embed_sharded(self, ids: torch.Tensor) -> torch.Tensor:
         """Vocab-parallel lookup: each rank embeds the ids in its slice, zeros elsewhere, and the sum is exact."""

@@ -28,6 +28,7 @@ from sprig.runtime.model.block_quant import (
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
 from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear
+from sprig.runtime.model.family import NormPlacement, text_tensor_name
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
@@ -40,7 +41,6 @@ from sprig.runtime.model.quantization import (
     Int8Linear,
     expand_scale,
 )
-from sprig.runtime.model.rope import rope_cos_sin_cache
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,15 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
 PROGRESS_DELAY_S = 0.5  # a load that finishes sooner never shows its progress bar
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+# A layer's norms: the checkpoint's name -> the `DecoderLayer` attribute (Llama's "post_attention_layernorm" is
+# the norm before the MLP; Gemma 2 / 3 and OLMo-2 use that name for the norm after attention).
+LAYER_NORMS = {
+    NormPlacement.PRE: {"input_layernorm": "input_layernorm", "post_attention_layernorm": "post_attention_layernorm"},
+    NormPlacement.SANDWICH: {"input_layernorm": "input_layernorm", "post_attention_layernorm": "attn_out_norm",
+                             "pre_feedforward_layernorm": "post_attention_layernorm",
+                             "post_feedforward_layernorm": "mlp_out_norm"},
+    NormPlacement.POST: {"post_attention_layernorm": "attn_out_norm", "post_feedforward_layernorm": "mlp_out_norm"},
+}
 
 
 @dataclass(frozen=True)
@@ -139,8 +148,8 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
         down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
         targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
-        targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
-        targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+        for hf_name, attr in LAYER_NORMS[cfg.family.norms].items():
+            targets[f"{p}{hf_name}.weight"] = Target(getattr(layer, attr), "weight")
     return targets
 
 
@@ -283,8 +292,7 @@ def _build_empty_model(
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
-    cache = rope_cos_sin_cache(cfg.rope, cfg.head_dim, cfg.max_position_embeddings, cfg.context_length)
-    model.cos_sin_cache = cache.to(device)
+    model.build_rope_tables(device)
     for head in (model.embed_tokens, model.lm_head):  # either may be another pipeline stage's
         if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
             head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
@@ -353,7 +361,10 @@ def load_model(
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                for stored in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                    name = text_tensor_name(cfg.architecture, stored)
+                    if name is None:
+                        continue  # Gemma 3's vision tower: sprig serves the text model
                     if name.endswith(IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
                         continue
                     if fp8 is not None and name.endswith(".input_scale"):
@@ -364,7 +375,7 @@ def load_model(
                         unexpected.append(name)
                         continue
                     target = targets[name]
-                    tensor = _read(f, name, target.source)
+                    tensor = _read(f, stored, target.source)
                     if parts is not None and target.attr in parts.fmt.parts:
                         assert isinstance(target.module, BlockQuantLinear)  # _weight_targets made it so
                         rows = target.module.out_features if target.rows is None else target.rows
@@ -385,6 +396,7 @@ def load_model(
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
     if parts is not None:
         parts.finish()
+    model.fold_norm_offsets()
     return finish_for_device(model, device)
 
 
