@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -239,15 +240,22 @@ def paged_attention(
     extend: ExtendFn | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. `decode` and `extend` replace `decode_attention` and
     `extend_attention` (the CPU backend passes its C kernels). A quantized pool comes with `k_scale`/`v_scale`
-    [slots, Hkv], and then every key and value is read back from the pool, this step's too.
+    [slots, Hkv], and then every key and value is read back from the pool, this step's too. `softcap` turns scores
+    s into tanh(s / softcap) * softcap before the softmax; `window` lets a query see only the `window` latest keys
+    (its own included). Either runs these torch references, whatever `decode` and `extend` say.
     """
+    kv: dict[str, Any] = {"k_scale": k_scale, "v_scale": v_scale}
+    if softcap is not None or window is not None:
+        kv |= {"softcap": softcap, "window": window}
+        decode, extend = None, None  # why: sprig's C kernels have neither a soft-cap nor a window yet
     decode_fn = decode or decode_attention
-    kv = {"k_scale": k_scale, "v_scale": v_scale}
     if not meta.extends and meta.decode_rows is not None and meta.decode_rows.numel() == q.shape[0]:
         return decode_fn(q, k_cache, v_cache, meta, scale, **kv)  # a pure decode step: every row, no copies
     out = torch.empty_like(q)
@@ -260,17 +268,46 @@ def paged_attention(
 
 def decode_attention(
     qd: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None, softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention of the decode rows' queries qd [Bd, Hq, D] over their pages; returns [Bd, Hq, D]."""
-    if meta.decode_split is not None:
+    if meta.decode_split is not None and softcap is None and window is None:
         return _split_decode_attention(qd, k_cache, v_cache, meta, scale, k_scale, v_scale)
     assert meta.decode_pages is not None  # set with the decode rows
     kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size, k_scale, qd.dtype).transpose(1, 2)
     vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
-    od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, scale=scale,
-                                        enable_gqa=True)
+    mask = meta.decode_mask
+    if window is not None:
+        assert meta.decode_lens is not None and mask is not None  # set with the decode rows
+        keys = torch.arange(mask.shape[-1], device=mask.device)
+        mask = mask & (keys.unsqueeze(0) >= (meta.decode_lens - window).unsqueeze(1))[:, None, None, :]
+    if softcap is not None:
+        return _capped_attention(qd.unsqueeze(2), kd, vd, mask, scale, softcap).squeeze(2)
+    od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=mask, scale=scale, enable_gqa=True)
     return od.squeeze(2)
+
+
+def _capped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                      softcap: float) -> torch.Tensor:
+    """softmax(tanh(q k^T * scale / softcap) * softcap, masked) v in transformers' eager order: q [B, Hq, L, D],
+    k/v [B, Hkv, T, D], `mask` bool (True: attend) broadcasting to [B, Hq, L, T]; the softmax in fp32."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
+def _extend_mask(seq: ExtendSeq, window: int | None) -> torch.Tensor | None:
+    """The keys each new token of `seq` sees (bool [extend_len, seq_len]): causal, and within `window` if given."""
+    if window is None:
+        return seq.mask
+    q_pos = torch.arange(seq.extend_len).unsqueeze(1) + seq.prefix_len
+    keys = torch.arange(seq.prefix_len + seq.extend_len).unsqueeze(0)
+    return (keys <= q_pos) & (keys > q_pos - window)
 
 
 def extend_attention(
@@ -284,6 +321,8 @@ def extend_attention(
     out: torch.Tensor,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> None:
     """Write into `out` the attention of every multi-token sequence (prefill or extend after a prefix).
 
@@ -293,19 +332,22 @@ def extend_attention(
     for seq in meta.extends:
         rows = slice(seq.token_start, seq.token_start + seq.extend_len)
         qe = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, ext, D]
-        if seq.mask is None and k_scale is None:
+        mask = _extend_mask(seq, window)
+        if seq.prefix_len == 0 and k_scale is None:
             # No cached prefix: the new tokens are the whole sequence, no pool read needed.
             ke, ve = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)
-            oe = F.scaled_dot_product_attention(qe, ke, ve, is_causal=True, scale=scale, enable_gqa=True)
         else:
             seq_len = seq.prefix_len + seq.extend_len
             kg = _gather_pages(k_cache, seq.pages, meta.page_size, k_scale, q.dtype)
             vg = _gather_pages(v_cache, seq.pages, meta.page_size, v_scale, q.dtype)
             ke = kg[:seq_len].transpose(0, 1).unsqueeze(0)
             ve = vg[:seq_len].transpose(0, 1).unsqueeze(0)
-            causal = seq.mask is None  # no prefix: plain causal over the new tokens
-            oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=seq.mask, is_causal=causal, scale=scale,
-                                                enable_gqa=True)
+        if softcap is not None:
+            causal = mask if mask is not None else torch.ones(seq.extend_len, seq.extend_len, dtype=torch.bool).tril()
+            oe = _capped_attention(qe, ke, ve, causal.to(q.device), scale, softcap)
+        else:
+            oe = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=None if mask is None else mask.to(q.device),
+                                                is_causal=mask is None, scale=scale, enable_gqa=True)
         out[rows] = oe.squeeze(0).transpose(0, 1)
 
 

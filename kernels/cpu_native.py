@@ -317,8 +317,10 @@ def extend_attention(
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     meta: AttentionMetadata, scale: float, k_scale: torch.Tensor | None = None,
-    v_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None, softcap: float | None = None, window: int | None = None,
 ) -> torch.Tensor:
-    """`attention.paged_attention` with decode rows attended by the C kernel and extends in C where it can."""
+    """`attention.paged_attention` with decode rows attended by the C kernel and extends in C where it can (a
+    soft-cap or sliding window runs the torch reference: the C kernels have neither yet)."""
     return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, decode=decode_attention,
-                                 extend=extend_attention, k_scale=k_scale, v_scale=v_scale)
+                                 extend=extend_attention, k_scale=k_scale, v_scale=v_scale, softcap=softcap,
+                                 window=window)

@@ -18,3 +18,10 @@ def fused_add_rms_norm(
     """Return (rms_norm(x + residual), x + residual): the pre-norm decoder's add-then-normalize step."""
     residual = x + residual
     return rms_norm(residual, weight, eps), residual
+
+
+def rms_norm_fp32_scale(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS-normalize and scale by `weight` both in float32, then cast (Gemma's and OLMo-2's order)."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (x32 * weight.float()).to(x.dtype)

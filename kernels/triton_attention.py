@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.attention import paged_attention as torch_paged_attention
 from sprig.kernels.kv_quant import KV_DTYPE_CODES, QMAX, is_quantized
 from sprig.kernels.triton_kv_quant import load_kv, store_rows
 from sprig.kernels.triton_utils import dot_precision
@@ -390,12 +391,18 @@ def paged_attention(
     scale: float,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. The last dim of every tensor must be contiguous. A quantized
-    pool (int8 / fp8 codes) comes with its bf16 scales [slots, Hkv].
+    pool (int8 / fp8 codes) comes with its bf16 scales [slots, Hkv]. A `softcap` or `window` (Gemma's soft-capped
+    scores, sliding-window layers) runs the torch reference: these kernels have neither yet.
     """
+    if softcap is not None or window is not None:
+        return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, k_scale=k_scale, v_scale=v_scale,
+                                     softcap=softcap, window=window)
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
     out = torch.empty_like(q)
     plan = _plan_for(meta, q.device)

@@ -19,8 +19,8 @@ from sprig.kernels.cpu_gemm import (
     vnni_pack,
 )
 from sprig.kernels.cpu_native import amx_available, native_kernels
-from sprig.runtime.model.decoder import LinearKernel
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
+from sprig.runtime.model.linear import LinearKernel
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.runner import ModelRunner, SeqInput
 

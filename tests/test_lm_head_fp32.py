@@ -24,7 +24,8 @@ from sprig.kernels.cpu_argmax import argmax_rows
 from sprig.kernels.cpu_gemm import VecIsa, amx_linear, vec_linear, vnni_pack
 from sprig.kernels.cpu_native import amx_available, native_kernels
 from sprig.runtime.model.checkpoints import checkpoint_path
-from sprig.runtime.model.decoder import LOGITS_DTYPE, Linear
+from sprig.runtime.model.decoder import LOGITS_DTYPE
+from sprig.runtime.model.linear import Linear
 
 LOW, HIGH = 500, 501  # " are", " under": the bf16 tie goes to LOW, fp32 says HIGH
 LOW_ROW = (32.0, 7.9375)  # sums 39.9375; every value is a bf16, so the fp32 sums are exact

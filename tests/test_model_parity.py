@@ -1,4 +1,7 @@
-"""sprig's model code reproduces transformers' logits on the same checkpoint, over the paged KV pool."""
+"""sprig's model code reproduces transformers' logits on the same checkpoint, over the paged KV pool.
+
+The Gemma 1-3 and OLMo-2 checkpoints (`GEMMA_OLMO_CHECKPOINTS`) have a sliding window of 8 where their family has one, so
+the extends after a 19- or 31-token prefix and the decode rows attend across it."""
 
 from __future__ import annotations
 
@@ -6,7 +9,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from sprig.runtime.model.checkpoints import FAMILY_CHECKPOINTS, TINY_ARCHITECTURES, checkpoint_path
+from sprig.runtime.model.checkpoints import (
+    FAMILY_CHECKPOINTS,
+    GEMMA_OLMO_CHECKPOINTS,
+    TINY_ARCHITECTURES,
+    checkpoint_path,
+)
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.runner import ModelRunner, SeqInput
@@ -14,7 +22,7 @@ from sprig.runtime.model.runner import ModelRunner, SeqInput
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module", params=[*TINY_ARCHITECTURES, *FAMILY_CHECKPOINTS])
+@pytest.fixture(scope="module", params=[*TINY_ARCHITECTURES, *GEMMA_OLMO_CHECKPOINTS, *FAMILY_CHECKPOINTS])
 def models(request):
     path = checkpoint_path(request.param)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

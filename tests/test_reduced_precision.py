@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sprig.runtime.model.decoder import can_pack_for_onednn
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
+from sprig.runtime.model.linear import can_pack_for_onednn
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.runner import ModelRunner, SeqInput
 

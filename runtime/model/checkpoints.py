@@ -88,6 +88,26 @@ RECIPES: dict[str, CheckpointRecipe] = {
                                    seed=11),
 }
 TINY_ARCHITECTURES = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"]
+# Gemma 1-3 and OLMo-2, each part set so that leaving it out changes the logits: soft-caps low enough to bite, a
+# sliding window shorter than the test prompts, query_pre_attn_scalar != head_dim, distinct local / global rope.
+_GEMMA2_PARTS = (("query_pre_attn_scalar", 24), ("attn_logit_softcapping", 2.0), ("final_logit_softcapping", 3.0),
+                 ("sliding_window", 8))
+RECIPES |= {
+    "tiny-gemma": CheckpointRecipe("tiny-gemma", "GemmaForCausalLM", num_kv_heads=1, head_dim=16, seed=4),
+    "tiny-gemma2": CheckpointRecipe("tiny-gemma2", "Gemma2ForCausalLM", head_dim=16, seed=5,
+                                    extra_config=_GEMMA2_PARTS),
+    "tiny-gemma3": CheckpointRecipe(
+        "tiny-gemma3", "Gemma3ForCausalLM", num_layers=3, head_dim=16, tie_word_embeddings=True, seed=6,
+        extra_config=(("query_pre_attn_scalar", 24), ("sliding_window", 8),
+                      ("layer_types", ["sliding_attention", "full_attention", "sliding_attention"]),
+                      ("rope_parameters", {"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                              "rope_theta": 1e6},
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}))),
+    "tiny-olmo2": CheckpointRecipe("tiny-olmo2", "Olmo2ForCausalLM", seed=8),
+}
+GEMMA_OLMO_CHECKPOINTS = ["tiny-gemma", "tiny-gemma2", "tiny-gemma3", "tiny-olmo2"]
+CONFIG_CLASSES = {"Gemma3ForCausalLM": "Gemma3TextConfig"}  # where the config is not named after the model
+
 # Phi-3, Granite, GPT-NeoX and StableLM, each part set so that leaving it out changes the logits: biases and norm
 # weights random, multipliers far from 1, partial rotary, LongRoPE in both regimes (its long factors when the served
 # context passes original_max_position_embeddings, see rope.py), head_dim 32 so the rotated part has 4+ frequencies.
@@ -214,7 +234,8 @@ def build_checkpoint(recipe: CheckpointRecipe, folder: Path) -> None:
         tok = train_tokenizer(recipe.tokenizer_vocab)
         _save_tokenizer(tok, folder)
         stage("transformers import")  # most of the build: transformers imports model code lazily
-        config_cls = getattr(transformers, recipe.architecture.replace("ForCausalLM", "Config"))
+        config_cls = getattr(transformers, CONFIG_CLASSES.get(recipe.architecture,
+                                                              recipe.architecture.replace("ForCausalLM", "Config")))
         model_cls = getattr(transformers, recipe.architecture)
         stage("random weights")
         eos_ids = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]

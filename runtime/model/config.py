@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from sprig.runtime.errors import CheckpointError
-from sprig.runtime.model.families import FAMILY_ARCHITECTURES, LayerParts, layer_parts, norm_eps, qkv_bias
+from sprig.runtime.model.families import (
+    FAMILY_ARCHITECTURES,
+    LayerParts,
+    global_rope_raw,
+    layer_parts,
+    norm_eps,
+    qkv_bias,
+    text_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +38,7 @@ class RopeConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """One decoder family covers Llama, Mistral, Qwen2 and Qwen3; these fields select its variants."""
+    """One decoder covers every supported family; these fields (and `parts`, `families.py`) select its variants."""
 
     architecture: str
     vocab_size: int
@@ -49,7 +57,7 @@ class ModelConfig:
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
     context_length: int  # the longest sequence sprig serves (a sliding window caps it)
-    parts: LayerParts = LayerParts()  # the family's norms, MLP, residual wiring, partial rope and multipliers
+    parts: LayerParts = LayerParts()  # the family's norms, MLP, residual wiring, rope, windows and multipliers
 
     @property
     def rotary_dim(self) -> int:
@@ -110,6 +118,7 @@ def load_model_config(folder: str | Path) -> ModelConfig:
         raw = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"config.json is not valid JSON: {e}") from None
+    raw = text_config(raw)
     archs = raw.get("architectures") or []
     arch = archs[0] if archs else None
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -120,7 +129,8 @@ def load_model_config(folder: str | Path) -> ModelConfig:
         num_heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
         max_pos = int(raw.get("max_position_embeddings", 4096))
-        window = _sliding_window(raw)
+        parts = layer_parts(arch, raw, hidden, int(raw["num_hidden_layers"]))
+        window = None if parts.layer_windows else _sliding_window(raw)  # why: per-layer windows are masked
         context = max_pos
         if window is not None and window < max_pos:
             # Full attention equals sliding-window attention while sequences fit in the window.
@@ -137,14 +147,15 @@ def load_model_config(folder: str | Path) -> ModelConfig:
             head_dim=int(raw.get("head_dim") or hidden // num_heads),
             rms_norm_eps=norm_eps(arch, raw),  # the eps of whichever norm the family uses
             max_position_embeddings=max_pos,
-            rope=_rope_from_hf(raw),
+            rope=_rope_from_hf(global_rope_raw(raw)),
             attention_bias=qkv_bias(arch, raw),
-            qk_norm=arch == "Qwen3ForCausalLM",
+            qk_norm=arch in ("Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM",
+                             "Gemma3ForConditionalGeneration"),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
             eos_token_ids=_eos_ids(raw, folder),
             context_length=context,
-            parts=layer_parts(arch, raw),
+            parts=parts,
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks required field {e.args[0]!r}") from None

@@ -12,7 +12,8 @@ from torch import nn
 
 from sprig.runtime.model import host_memory
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear
-from sprig.runtime.model.decoder import CausalLM, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.decoder import CausalLM
+from sprig.runtime.model.linear import Linear, LinearKernel, can_pack_for_onednn
 from sprig.runtime.model.quantization import Fp8Linear, Int8Linear
 
 

@@ -1,36 +1,29 @@
-"""The decoder family behind Llama, Mistral, Qwen2, Qwen3, Phi-3, Granite, GPT-NeoX and StableLM, configured by the
-HF config.
+"""The one decoder behind every supported family (Llama, Mistral, Qwen2/3, Gemma 1-3, OLMo-2, Phi-3, Granite,
+GPT-NeoX, StableLM), configured by the HF config.
 
 Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
 gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
-`ModelConfig.parts` (`families.py`) selects the other families' variants: LayerNorm, a GELU MLP, parallel
-residuals, partial rotary, biases and Granite's multipliers.
+`ModelConfig.parts` (`families.py`) selects the other families' variants: LayerNorm, norms after attention and MLP,
+(1 + w) norms in fp32, GeGLU or a plain GELU MLP, parallel residuals, partial rotary, biases, scaled embeddings,
+soft-capped scores and logits, per-layer sliding windows and rope tables, and Granite's multipliers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sprig.kernels.activation import gelu_tanh_and_mul
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
-from sprig.kernels.cpu_gemm import (
-    VecIsa,
-    amx_linear,
-    amx_supports,
-    vec_isa,
-    vec_linear_fn,
-    vec_supports,
-    vnni_pack,
-)
 from sprig.kernels.kv_quant import rotates_keys
-from sprig.runtime.model.config import ModelConfig
+from sprig.kernels.norm import rms_norm_fp32_scale
+from sprig.runtime.model.config import ModelConfig, RopeConfig
 from sprig.runtime.model.families import Activation, NormKind, Residual
+from sprig.runtime.model.linear import Linear
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
@@ -50,117 +43,35 @@ class ForwardBatch:
     logits_rows: torch.Tensor | None  # int64 [R]: rows whose next-token logits are wanted; None: every row
 
 
-class LinearKernel(Enum):
-    """Which implementation a `Linear` runs: chosen once at load, for the machine (`Linear.pack_for_cpu`)."""
-
-    TORCH = "torch"  # F.linear on the plain weight
-    ONEDNN = "onednn"  # oneDNN on its blocked layout
-    AMX = "amx"  # sprig's AMX tile kernel
-    VEC = "vec"  # sprig's vector kernel (AVX512_BF16 / AVX-512 / AVX2 / portable C)
-
-
-class Linear(nn.Module):
-    """y = x W^T (+ b), weight [out, in] in the model dtype; y in `out_dtype` (default: the model dtype), summed
-    in fp32 and rounded once (the LM head: fp32, never rounded)."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
-                 out_dtype: torch.dtype | None = None) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
-        self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
-        self.out_dtype = out_dtype or dtype
-        self.kernel = LinearKernel.TORCH
-        self.isa: VecIsa | None = None  # the vector kernel's code path, with LinearKernel.VEC
-        self.packed: torch.Tensor | None = None  # the weight in oneDNN's blocked layout, see pack_for_onednn
-        self.register_buffer("vnni", None, persistent=False)  # the weight in VNNI pair order, see pack_for_cpu
-        self.fast: Callable[[torch.Tensor], torch.Tensor] | None = None  # the vector kernel, bound to the weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fast is not None:
-            return self.fast(x)
-        if self.kernel is LinearKernel.AMX:
-            return amx_linear(x, self.vnni, self.bias, self.out_dtype)
-        if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        if self.out_dtype != x.dtype:
-            return widening_linear(x, self.weight, self.bias, self.out_dtype)
-        return F.linear(x, self.weight, self.bias)
-
-    def pack_for_cpu(self) -> LinearKernel:
-        """Re-lay the weight out for sprig's CPU kernel where one takes it: the AMX kernel on CPUs with AMX
-        (oneDNN is slow on this model family's shapes, see `kernels/csrc/amx_gemm.c`), else the vector kernel
-        (at decode sizes it streams the weight 1.5-2x faster than oneDNN, see `kernels/csrc/vec_gemm.c`).
-        Returns the kernel chosen: TORCH when neither takes the weight (bf16 only, whole 16-column panels)."""
-        weight = self.weight.detach()
-        if amx_supports(weight):
-            self.kernel = LinearKernel.AMX
-        elif vec_supports(weight):
-            self.kernel, self.isa = LinearKernel.VEC, vec_isa()
-        else:
-            return self.kernel
-        self.vnni = vnni_pack(weight)  # a buffer: the loader moves all of them onto huge pages
-        if self.isa is not None:
-            self.fast = vec_linear_fn(self.vnni, self.bias, self.isa, weight.shape[0], self.out_dtype)
-        self._drop_plain_weight()
-        return self.kernel
-
-    def widen_weight(self) -> None:
-        """Hold the weight (and bias) in `out_dtype`, for a linear whose output is wider than its weight and that no
-        sprig kernel takes: F.linear then sums and writes in that dtype, and widening the weight on every call
-        instead costs ~20x the product at decode sizes. Exact (every bf16/fp16 value is a float32)."""
-        self.weight = nn.Parameter(self.weight.detach().to(self.out_dtype), requires_grad=False)
-        if self.bias is not None:
-            self.bias = nn.Parameter(self.bias.detach().to(self.out_dtype), requires_grad=False)
-
-    def pack_for_onednn(self) -> None:
-        """Hold the weight only in oneDNN's blocked layout, which its AMX/AVX-512 kernels read as is.
-
-        F.linear re-lays the weight out on every call; measured here on bf16 decode shapes, the packed weight
-        runs 1.3-1.4x faster, bit-identical. The plain weight is dropped (to a meta tensor that keeps its shape).
-        """
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), batch_size=64)
-        self.kernel = LinearKernel.ONEDNN
-        self._drop_plain_weight()
-
-    def _drop_plain_weight(self) -> None:
-        """Keep only the weight's shape (a meta tensor) once another layout holds its values."""
-        self.weight = nn.Parameter(torch.empty(self.weight.shape, dtype=self.weight.dtype, device="meta"),
-                                   requires_grad=False)
-
-
-def widening_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    out_dtype: torch.dtype) -> torch.Tensor:
-    """x W^T (+ b) written in `out_dtype`, wider than x: cuBLAS writes its fp32 sums as they are
-    (`torch.mm(..., out_dtype=)`); elsewhere the operands are widened (exact; a no-op on a weight `widen_weight`
-    widened already) and multiplied in `out_dtype`."""
-    if x.is_cuda and weight.dtype == x.dtype:
-        y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
-        return y if bias is None else y + bias.to(out_dtype)
-    return F.linear(x.to(out_dtype), weight.to(out_dtype), None if bias is None else bias.to(out_dtype))
-
-
-def can_pack_for_onednn(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """oneDNN packing helps bf16/fp16 linears on CPUs whose oneDNN build has kernels for that dtype."""
-    if torch.device(device).type != "cpu" or not torch.backends.mkldnn.is_available():
-        return False
-    if dtype == torch.bfloat16:
-        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return dtype == torch.float16 and torch.ops.mkldnn._is_mkldnn_fp16_supported()
-
-
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet) -> None:
+    """RMSNorm through the backend's kernels; for a `cfg.parts.norm_scale_fp32` family the weight is held in fp32
+    and scales in fp32 (Gemma's (1 + w) is folded into it by `fold_offset`), in torch."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet, cfg: ModelConfig | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+        fp32 = cfg is not None and cfg.parts.norm_scale_fp32
+        self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32 if fp32 else dtype), requires_grad=False)
         self.eps = eps
         self.ops = ops
+        self.fp32_scale = fp32
+        self.offset = cfg.parts.norm_offset if cfg is not None else 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp32_scale:
+            return rms_norm_fp32_scale(x, self.weight, self.eps)
         return self.ops.rms_norm(x, self.weight, self.eps)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual)."""
+        if self.fp32_scale:
+            residual = x + residual
+            return rms_norm_fp32_scale(residual, self.weight, self.eps), residual
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def fold_offset(self) -> None:
+        """Gemma's checkpoints store w for a (1 + w) scale: hold 1 + w (in fp32, as transformers computes it)."""
+        if self.offset:
+            self.weight.data.add_(self.offset)
 
 
 class LayerNorm(nn.Module):
@@ -186,24 +97,31 @@ def make_norm(cfg: ModelConfig, dim: int, dtype: torch.dtype, ops: KernelSet) ->
     """The family's norm over `dim` channels."""
     if cfg.parts.norm is NormKind.LAYER:
         return LayerNorm(dim, cfg.rms_norm_eps, dtype)
-    return RMSNorm(dim, cfg.rms_norm_eps, dtype, ops)
+    return RMSNorm(dim, cfg.rms_norm_eps, dtype, ops, cfg)
 
 
 class Attention(nn.Module):
     """GQA attention over this rank's heads (`cfg` is the rank-local config); o_proj's partial sums are reduced."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, layer: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.ops = ops
         self.tp = tp
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.attention_bias, dtype)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, cfg.parts.o_proj_bias, dtype)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
-        multiplier = cfg.parts.attention_multiplier
-        self.scale = cfg.head_dim**-0.5 if multiplier is None else multiplier
+        parts = cfg.parts
+        self.qk_across_heads = parts.qk_norm_across_heads  # OLMo-2: one norm over all heads' q (and k)
+        q_dim, k_dim = (cfg.q_size, cfg.kv_size) if self.qk_across_heads else (cfg.head_dim, cfg.head_dim)
+        self.q_norm = RMSNorm(q_dim, cfg.rms_norm_eps, dtype, ops, cfg) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(k_dim, cfg.rms_norm_eps, dtype, ops, cfg) if cfg.qk_norm else None
+        self.scale = cfg.head_dim**-0.5 if parts.attention_scale is None else parts.attention_scale
         self.rotary_dim = cfg.rotary_dim
+        self.softcap = parts.attn_softcap
+        self.window = parts.window(layer)
+        self.local_rope = parts.local_rope(layer)  # Gemma 3's sliding layers: their own rope table
+        # Only what is set is passed: a backend's paged_attention need not know options no layer uses.
+        self.options = {k: v for k, v in (("softcap", self.softcap), ("window", self.window)) if v is not None}
 
     def forward(
         self,
@@ -218,10 +136,13 @@ class Attention(nn.Module):
         cfg = self.cfg
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        if self.qk_across_heads:
+            assert self.q_norm is not None and self.k_norm is not None  # built with qk_across_heads
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q.reshape(-1, cfg.num_heads, cfg.head_dim)
         k = k.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.qk_across_heads:
             assert self.k_norm is not None  # set with q_norm
             q, k = self.q_norm(q), self.k_norm(k)
         # Otherwise q and k stay views of qkv: every backend's rope, KV store and attention take strided rows.
@@ -235,7 +156,7 @@ class Attention(nn.Module):
         # A quantized pool (int8 / fp8 codes) comes with its scales; every backend's store and attention take them.
         scales = {} if k_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
         self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v, **scales)
-        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales)
+        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales, **self.options)
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, cfg.q_size)))
 
 
@@ -246,10 +167,12 @@ class MLP(nn.Module):
         super().__init__()
         self.ops = ops
         self.tp = tp
-        self.activation = cfg.parts.activation
-        rows = 2 * cfg.intermediate_size if cfg.parts.gated else cfg.intermediate_size
-        self.gate_up_proj = Linear(cfg.hidden_size, rows, cfg.parts.mlp_bias, dtype)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, cfg.parts.mlp_bias, dtype)
+        parts = cfg.parts
+        self.activation = parts.activation
+        self.gated = parts.gated
+        rows = 2 * cfg.intermediate_size if parts.gated else cfg.intermediate_size
+        self.gate_up_proj = Linear(cfg.hidden_size, rows, parts.mlp_bias, dtype)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, parts.mlp_bias, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.tp.all_reduce(self.down_proj(self._activate(self.gate_up_proj(x))))
@@ -257,18 +180,30 @@ class MLP(nn.Module):
     def _activate(self, h: torch.Tensor) -> torch.Tensor:
         if self.activation is Activation.SILU:
             return self.ops.silu_and_mul(h)
+        if self.gated:  # GeGLU has no C or Triton kernel yet: the torch op (on any device)
+            return gelu_tanh_and_mul(h)
         return F.gelu(h, approximate="tanh" if self.activation is Activation.GELU_TANH else "none")
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
+    """Norms where `cfg.parts.norms` puts them: `input_layernorm` before attention and `post_attention_layernorm`
+    before the MLP (pre-norms, Llama's names), `attn_out_norm` / `mlp_out_norm` on their outputs (post-norms)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, layer: int = 0) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, dtype, ops, tp)
+        self.self_attn = Attention(cfg, dtype, ops, tp, layer)
         self.mlp = MLP(cfg, dtype, ops, tp)
-        self.input_layernorm = make_norm(cfg, cfg.hidden_size, dtype, ops)
+        placement = cfg.parts.norms
         self.residual = cfg.parts.residual
         shared = self.residual is Residual.PARALLEL_SHARED_NORM  # why: its MLP reads input_layernorm's output
-        self.post_attention_layernorm = None if shared else make_norm(cfg, cfg.hidden_size, dtype, ops)
+
+        def norm(built: bool) -> RMSNorm | LayerNorm | None:
+            return make_norm(cfg, cfg.hidden_size, dtype, ops) if built else None
+
+        self.input_layernorm = norm(placement.has_pre)
+        self.post_attention_layernorm = norm(placement.has_pre and not shared)
+        self.attn_out_norm = norm(placement.has_post)
+        self.mlp_out_norm = norm(placement.has_post)
         self.residual_multiplier = cfg.parts.residual_multiplier
 
     def forward(
@@ -282,22 +217,34 @@ class DecoderLayer(nn.Module):
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual, x = x, self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm.add_and_norm(x, residual)
+        x, residual = _add_and_norm(self.input_layernorm, x, residual)
         attn = self.self_attn(x, batch, cos_sin, k_cache, v_cache, k_scale, v_scale)
         # The layer's output is added to `residual` by the next layer's (or the final) norm.
-        if self.residual is Residual.SEQUENTIAL:
-            assert self.post_attention_layernorm is not None  # built unless the norm is shared
-            h, residual = self.post_attention_layernorm.add_and_norm(self._scaled(attn), residual)
-            return self._scaled(self.mlp(h)), residual
-        mlp_in = x if self.post_attention_layernorm is None else self.post_attention_layernorm(residual)
-        return attn + self.mlp(mlp_in), residual
+        if self.residual is not Residual.SEQUENTIAL:
+            mlp_in = x if self.post_attention_layernorm is None else self.post_attention_layernorm(residual)
+            return attn + self.mlp(mlp_in), residual
+        if self.attn_out_norm is not None:
+            attn = self.attn_out_norm(attn)
+        h, residual = _add_and_norm(self.post_attention_layernorm, self._scaled(attn), residual)
+        out = self.mlp(h)
+        if self.mlp_out_norm is not None:
+            out = self.mlp_out_norm(out)
+        return self._scaled(out), residual
 
     def _scaled(self, x: torch.Tensor) -> torch.Tensor:
         """An attention or MLP output scaled by Granite's residual multiplier (a no-op for the other families)."""
         return x if self.residual_multiplier == 1.0 else x * self.residual_multiplier
+
+
+def _add_and_norm(norm: RMSNorm | LayerNorm | None, x: torch.Tensor, residual: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(x + residual), x + residual), the residual absent before the first layer; no norm: the sum twice."""
+    if residual is None:
+        return (x if norm is None else norm(x)), x
+    if norm is None:
+        residual = x + residual
+        return residual, residual
+    return norm.add_and_norm(x, residual)
 
 
 class CausalLM(nn.Module):
@@ -330,14 +277,33 @@ class CausalLM(nn.Module):
             else None
         if self.embed_tokens is not None:
             self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
+        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp, self.stage.start + i)
+                                    for i in range(self.stage.count))
         self.norm = make_norm(cfg, cfg.hidden_size, dtype, ops) if last else None
         self.lm_head = Linear(cfg.hidden_size, self.plan.vocab_rows, False, dtype, LOGITS_DTYPE) if last else None
         self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
+        self.register_buffer("cos_sin_cache", None, persistent=False)
+        self.register_buffer("local_cos_sin_cache", None, persistent=False)  # Gemma 3's sliding layers' table
+        self.build_rope_tables()
+
+    def build_rope_tables(self, device: torch.device | str | None = None) -> None:
+        """The rotary cos/sin tables (float32, computed on the CPU, then moved to `device`)."""
+        cfg = self.cfg
         cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, cfg.context_length)
-        self.register_buffer("cos_sin_cache", cache, persistent=False)
+        self.cos_sin_cache = cache.to(device) if device is not None else cache
+        theta = cfg.parts.local_rope_theta
+        if theta is not None:
+            local = rope_cos_sin_cache(RopeConfig(theta), cfg.rotary_dim, cfg.max_position_embeddings,
+                                       cfg.context_length)
+            self.local_cos_sin_cache = local.to(device) if device is not None else local
+
+    def fold_norm_offsets(self) -> None:
+        """Turn a Gemma checkpoint's norm weights w into the 1 + w the norms scale by (once, after loading)."""
+        for m in self.modules():
+            if isinstance(m, RMSNorm):
+                m.fold_offset()
 
     def tie_lm_head(self) -> None:
         """Make a tied LM head's weight the embedding's (again: `to_empty` gives each module its own copy). A
@@ -366,14 +332,14 @@ class CausalLM(nn.Module):
         output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
-            if self.cfg.parts.embedding_multiplier != 1.0:  # Granite
-                x = x * self.cfg.parts.embedding_multiplier
         else:
             x, residual = hidden[0], hidden[1]
         no_scales = [None] * len(self.layers)
         for layer, k_cache, v_cache, k_scale, v_scale in zip(
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
-            x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
+            assert isinstance(layer, DecoderLayer)  # a ModuleList yields plain Modules
+            table = self.local_cos_sin_cache if layer.self_attn.local_rope else self.cos_sin_cache
+            x, residual = layer(x, residual, batch, table, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # every stage has layers
         if not self.stage.last:
             return torch.stack((x, residual))
@@ -388,11 +354,20 @@ class CausalLM(nn.Module):
             logits = logits.to(LOGITS_DTYPE)
         if self.cfg.parts.logits_scaling != 1.0:  # Granite
             logits = logits / self.cfg.parts.logits_scaling
+        cap = self.cfg.parts.final_softcap
+        if cap is not None:  # Gemma 2
+            logits = torch.tanh(logits / cap) * cap
         return self.tp.gather_vocab(logits, self.cfg.vocab_size)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         assert self.embed_tokens is not None  # built on the first stage
-        return self.embed_tokens(ids) if not self.tp.enabled else self._embed_sharded(ids)
+        x = self.embed_tokens(ids) if not self.tp.enabled else self._embed_sharded(ids)
+        parts = self.cfg.parts
+        if parts.embedding_multiplier == 1.0:
+            return x
+        if parts.round_embedding_multiplier:  # Gemma rounds sqrt(hidden) to the model dtype first, as transformers does
+            return x * torch.tensor(parts.embedding_multiplier, dtype=x.dtype)
+        return x * parts.embedding_multiplier
 
     def _embed_sharded(self, ids: torch.Tensor) -> torch.Tensor:
         """Vocab-parallel lookup: each rank embeds the ids in its slice, zeros elsewhere, and the sum is exact."""

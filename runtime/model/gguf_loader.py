@@ -26,15 +26,24 @@ from sprig.kernels.ggml_quants import GGMLType, dequantize
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear, RawRows, checkpoint_type
 from sprig.runtime.model.config import ModelConfig
-from sprig.runtime.model.decoder import CausalLM, DecoderLayer, Linear
+from sprig.runtime.model.decoder import CausalLM, DecoderLayer
+from sprig.runtime.model.families import NormPlacement
 from sprig.runtime.model.gguf_config import gguf_model_config
 from sprig.runtime.model.gguf_file import GGUFFile, GGUFTensor, open_gguf
 from sprig.runtime.model.gguf_tokenizer import check_tokenizer_metadata
+from sprig.runtime.model.linear import Linear
 
 logger = logging.getLogger(__name__)
 
 PERMUTED_ARCHITECTURES = ("llama",)  # llama.cpp permutes q/k rows only for these (qwen2 / qwen3 keep HF's order)
 CONFIG_TENSORS = ("rope_freqs.weight",)  # read into the config (gguf_config.py), not into a module
+# A layer's norms: llama.cpp's name -> the `DecoderLayer` attribute (see loader.LAYER_NORMS for HF's names)
+GGUF_LAYER_NORMS = {
+    NormPlacement.PRE: {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"},
+    NormPlacement.SANDWICH: {"attn_norm": "input_layernorm", "post_attention_norm": "attn_out_norm",
+                             "ffn_norm": "post_attention_layernorm", "post_ffw_norm": "mlp_out_norm"},
+    NormPlacement.POST: {"post_attention_norm": "attn_out_norm", "post_ffw_norm": "mlp_out_norm"},
+}
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,10 @@ def gguf_targets(model: CausalLM, arch: str) -> dict[str, GGUFTarget]:
         targets[f"{p}ffn_gate.weight"] = GGUFTarget(mlp.gate_up_proj, "weight", 0, inter)
         targets[f"{p}ffn_up.weight"] = GGUFTarget(mlp.gate_up_proj, "weight", inter, inter)
         targets[f"{p}ffn_down.weight"] = GGUFTarget(mlp.down_proj, "weight")
-        targets[f"{p}attn_norm.weight"] = GGUFTarget(layer.input_layernorm, "weight")
-        assert layer.post_attention_layernorm is not None  # GGUF's architectures are sequential, one norm each
-        targets[f"{p}ffn_norm.weight"] = GGUFTarget(layer.post_attention_layernorm, "weight")
+        for gguf_name, attr in GGUF_LAYER_NORMS[cfg.parts.norms].items():
+            norm = getattr(layer, attr)
+            assert norm is not None  # GGUF's architectures' placements name only the norms their layers build
+            targets[f"{p}{gguf_name}.weight"] = GGUFTarget(norm, "weight")
     return targets
 
 

@@ -31,7 +31,8 @@ import torch
 from sprig.kernels.ggml_quants import GGMLType, pack_q4_g128
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BlockQuantLinear
-from sprig.runtime.model.decoder import CausalLM, Linear
+from sprig.runtime.model.decoder import CausalLM
+from sprig.runtime.model.linear import Linear
 
 GROUP = 128  # the group size Q4_G128 holds
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # the output column each nibble of an AWQ word holds

@@ -27,12 +27,13 @@ from sprig.runtime.model.block_quant import (
 )
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
-from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear
-from sprig.runtime.model.families import FAMILY_ARCHITECTURES
+from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer
+from sprig.runtime.model.families import UNSPLIT_ARCHITECTURES, NormPlacement, text_tensor_name
 from sprig.runtime.model.family_tensors import checkpoint_layout
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
+from sprig.runtime.model.linear import Linear
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -42,7 +43,6 @@ from sprig.runtime.model.quantization import (
     Int8Linear,
     expand_scale,
 )
-from sprig.runtime.model.rope import rope_cos_sin_cache
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
 PROGRESS_DELAY_S = 0.5  # a load that finishes sooner never shows its progress bar
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+# A layer's norms: the checkpoint's name -> the `DecoderLayer` attribute (Llama's "post_attention_layernorm" is
+# the norm before the MLP; Gemma 2 / 3 and OLMo-2 use that name for the norm after attention).
+LAYER_NORMS = {
+    NormPlacement.PRE: {"input_layernorm": "input_layernorm", "post_attention_layernorm": "post_attention_layernorm"},
+    NormPlacement.SANDWICH: {"input_layernorm": "input_layernorm", "post_attention_layernorm": "attn_out_norm",
+                             "pre_feedforward_layernorm": "post_attention_layernorm",
+                             "post_feedforward_layernorm": "mlp_out_norm"},
+    NormPlacement.POST: {"post_attention_layernorm": "attn_out_norm", "post_feedforward_layernorm": "mlp_out_norm"},
+}
 
 
 @dataclass(frozen=True)
@@ -142,9 +151,10 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
         targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
         down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
         targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
-        targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
-        if layer.post_attention_layernorm is not None:  # why: StableLM's parallel layers share input_layernorm
-            targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+        for hf_name, attr in LAYER_NORMS[cfg.parts.norms].items():
+            norm = getattr(layer, attr)
+            if norm is not None:  # why: StableLM's parallel layers share input_layernorm
+                targets[f"{p}{hf_name}.weight"] = Target(norm, "weight")
     return targets
 
 
@@ -305,8 +315,7 @@ def _build_empty_model(
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
-    cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, cfg.context_length)
-    model.cos_sin_cache = cache.to(device)
+    model.build_rope_tables(device)
     for head in (model.embed_tokens, model.lm_head):  # either may be another pipeline stage's
         if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
             head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
@@ -359,7 +368,7 @@ def load_model(
         raise CheckpointError(f"--quantization {quantization} with tensor parallelism is not supported yet; use "
                               "--tp-size 1")
     split = (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers)
-    if split and cfg.architecture in FAMILY_ARCHITECTURES:  # why: fused checkpoint tensors, biases after all-reduces
+    if split and cfg.architecture in UNSPLIT_ARCHITECTURES:  # why: fused checkpoint tensors, biases after all-reduces
         raise CheckpointError(f"{cfg.architecture} with tensor or pipeline parallelism is not supported yet; use "
                               "--tp-size 1 --pp-size 1")
     files = _safetensors_files(folder)
@@ -379,7 +388,10 @@ def load_model(
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                for stored in f.keys():  # noqa: SIM118 - safe_open objects are not iterable
+                    name = text_tensor_name(cfg.architecture, stored)
+                    if name is None:
+                        continue  # Gemma 3's vision tower: sprig serves the text model
                     if name.endswith(IGNORED_SUFFIXES) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
                         continue
                     if fp8 is not None and name.endswith(".input_scale"):
@@ -390,7 +402,7 @@ def load_model(
                         unexpected.append(name)
                         continue
                     target = targets[name]
-                    tensor = _read(f, name, target.source)
+                    tensor = _read(f, stored, target.source)
                     if target.reorder is not None:
                         tensor = target.reorder(tensor)
                     if parts is not None and target.attr in parts.fmt.parts:
@@ -413,6 +425,7 @@ def load_model(
         raise CheckpointError(f"missing tensors in checkpoint: {_short_list(missing)}")
     if parts is not None:
         parts.finish()
+    model.fold_norm_offsets()
     return finish_for_device(model, device)
 
 

@@ -100,6 +100,9 @@ def check_divisible(cfg: ModelConfig, size: int) -> None:
                          f"({cfg.num_kv_heads})")
     if cfg.intermediate_size % size:
         raise ValueError(f"tp_size {size} must divide the MLP size ({cfg.intermediate_size})")
+    if size > 1 and cfg.parts.qk_norm_across_heads:
+        raise ValueError(f"{cfg.architecture} with tensor parallelism is not supported yet (its q/k norms span "
+                         "every head); use --tp-size 1")
 
 
 def shard_plan(cfg: ModelConfig, tp: TPContext) -> ShardPlan:
