@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import matcher_for
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, constraint_named, spec_from_params
 from sprig.runtime.engine.core import EngineCore
