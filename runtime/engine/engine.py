@@ -25,7 +25,6 @@ from sprig.grammar import matcher_for
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, constraint_named, spec_from_params
 from sprig.runtime.engine.core import EngineCore
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine.gauges import EngineGauges, read_gauges
 from sprig.runtime.engine.generate_request import (
     GenerateRequest,
@@ -34,6 +33,7 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import (
@@ -47,7 +47,6 @@ from sprig.runtime.engine.request import (
 from sprig.runtime.engine.sampling_params import NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
-from sprig.runtime.engine.stop_checker import StopChecker
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
 from sprig.runtime.engine.summary import engine_facts, engine_stats
 from sprig.runtime.errors import RequestError

@@ -23,11 +23,10 @@ from enum import Enum
 from typing import Any
 
 from sprig.radix import TreeNode
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.output_text import FinishReason, FinishType, IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.penalties import TokenHistory
 from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.spec.tally import SpecTally
-from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
 
 
 class RequestStatus(Enum):
