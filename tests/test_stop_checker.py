@@ -13,8 +13,8 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
+from sprig.runtime.engine.generate_request import SamplingParams
 from sprig.runtime.engine.output_text import FinishReason, FinishType, IncrementalDetokenizer, StopChecker
-from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.stop_regex import StopRegexTimeout
 from sprig.runtime.model.checkpoints import checkpoint_path
 

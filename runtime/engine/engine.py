@@ -27,9 +27,12 @@ from sprig.runtime.engine.constraints import compiled_or_error, constraint_named
 from sprig.runtime.engine.core import EngineCore
 from sprig.runtime.engine.gauges import EngineGauges, read_gauges
 from sprig.runtime.engine.generate_request import (
+    NATIVE_NAMES,
+    FieldNames,
     GenerateRequest,
-    PreparedCall,
+    LogprobOptions,
     Prompt,
+    SamplingParams,
     generate_request,
     is_int,
 )
@@ -38,13 +41,12 @@ from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import (
     DeltaChannel,
-    LogprobOptions,
     LoopWaker,
+    PreparedCall,
     Request,
     StepDelta,
     take_delta,
 )
-from sprig.runtime.engine.sampling_params import NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 
-from sprig.runtime.engine.sampling_params import SamplingParams
+from sprig.runtime.engine.generate_request import SamplingParams
 from sprig.runtime.engine.stop_regex import first_match, partial_start
 
 REPLACEMENT_CHAR = "\ufffd"

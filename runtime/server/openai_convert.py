@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
-from sprig.runtime.engine.generate_request import GenerateRequest
-from sprig.runtime.engine.request import LogprobOptions
-from sprig.runtime.engine.sampling_params import FieldNames, SamplingParams
+from sprig.runtime.engine.generate_request import FieldNames, GenerateRequest, LogprobOptions, SamplingParams
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.tokenizer import Tokenizer
 from sprig.runtime.server.http_common import bad_request, from_value_error
