@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, TokenizerInfo, matcher_for
 from sprig.grammar.matcher import allocate_token_bitmask
 
 

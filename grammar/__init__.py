@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from sprig.grammar.backend import Backend
-from sprig.grammar.compile.compiler import GrammarCompiler
+from sprig.grammar.compile.compiler import GrammarCompiler, matcher_for
 from sprig.grammar.errors import GrammarError, GrammarErrorCode, GrammarTooComplex
 from sprig.grammar.llg.lark import CompiledLark
 from sprig.grammar.spec import GrammarKind, GrammarSpec, JsonOptions, Whitespace
 from sprig.grammar.vocabulary import TokenizerInfo
 
 _LAZY = {"GrammarMatcher": "matcher", "JumpForward": "matcher", "allocate_token_bitmask": "matcher",
-         "matcher_for": "factory", "CompiledGrammar": "outlines.automaton", "apply_token_bitmask_": None,
+         "CompiledGrammar": "outlines.automaton", "apply_token_bitmask_": None,
          "schema_ordered_dumps": "schema.ordering"}
 
 
@@ -40,4 +40,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Backend", "CompiledLark", "GrammarCompiler", "GrammarError", "GrammarErrorCode", "GrammarKind",
-           "GrammarSpec", "GrammarTooComplex", "JsonOptions", "TokenizerInfo", "Whitespace", *_LAZY]
+           "GrammarSpec", "GrammarTooComplex", "JsonOptions", "TokenizerInfo", "Whitespace", "matcher_for", *_LAZY]

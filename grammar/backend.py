@@ -1,4 +1,4 @@
-"""The grammar backends, and what a compiled grammar of either offers the compiler and the matcher factory."""
+"""The grammar backends, and what a compiled grammar of either offers the compiler and `matcher_for`."""
 
 from __future__ import annotations
 

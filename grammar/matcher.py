@@ -1,7 +1,7 @@
 """The per-request matcher interface both backends implement, and the batch bitmask it fills.
 
-One matcher per request, created from a shared compiled grammar by `factory.matcher_for`, which picks the
-compiled grammar's backend (`llg/matcher.py`, `outlines/matcher.py`). The engine allocates one int32 bitmask
+One matcher per request, created from a shared compiled grammar by `compile.compiler.matcher_for`, which
+picks the compiled grammar's backend (`llg/matcher.py`, `outlines/matcher.py`). The engine allocates one int32 bitmask
 for the whole batch (`allocate_token_bitmask`) on the CPU, asks each constrained request to fill its row,
 and applies it with `sprig.kernels.bitmask.apply_token_bitmask_`. Jump-forward (re-tokenizing the forced
 text with the last output token) is the same on both backends and lives here.
@@ -45,7 +45,7 @@ class JumpForward:
 
 
 class GrammarMatcher(ABC):
-    """The state of one request inside a compiled grammar (build one with `factory.matcher_for`)."""
+    """The state of one request inside a compiled grammar (build one with `compile.compiler.matcher_for`)."""
 
     compiled: Any
     _info: TokenizerInfo

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import matcher_for
 
 
 def walk(compiled, text: str) -> bool:

@@ -11,7 +11,7 @@ import random
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers
 
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer, decode_stream
+from sprig.runtime.engine.output_text import IncrementalDetokenizer, decode_stream
 from sprig.runtime.model.checkpoints import checkpoint_path
 
 UTF8_POOL = list("abcxyz   ,.!\n") + ["é", "ñ", "ü", "€", "日", "本", "語", "中", "文", "😀", "🎉", "👍🏽", "🇫🇷", "∑", "ß"]

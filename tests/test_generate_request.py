@@ -9,9 +9,13 @@ import dataclasses
 import pytest
 
 from sprig import Engine
-from sprig.runtime.engine.generate_request import GenerateRequest
-from sprig.runtime.engine.request import LogprobOptions
-from sprig.runtime.engine.sampling_params import FieldNames, SamplingParams
+from sprig.runtime.engine.generate_request import (
+    FieldNames,
+    GenerateRequest,
+    LogprobOptions,
+    SamplingParams,
+    generate_request,
+)
 from sprig.runtime.errors import RequestError
 
 OPENAI_CHAT = FieldNames("messages", "max_completion_tokens", "min_tokens", "top_logprobs",
@@ -82,3 +86,12 @@ def test_deltas_add_up_to_the_dict_apis_result(engine):
 
     ids, text, deltas = asyncio.run(stream())
     assert ids == expected["output_ids"] and text == expected["text"] and deltas >= 1
+
+
+def test_input_ids_take_any_integer_but_a_bool_and_reach_the_engine_as_ints():
+    import numpy as np
+
+    call = generate_request(input_ids=[np.int64(5), 6])  # the same integers SamplingParams takes
+    assert call.prompts == ((5, 6),) and all(type(t) is int for t in call.prompts[0])
+    with pytest.raises(RequestError, match="input_ids must be a list of integers"):
+        generate_request(input_ids=[5, True])

@@ -16,8 +16,7 @@ import random
 import pytest
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, matcher_for
 from sprig.grammar.matcher import allocate_token_bitmask
 
 lark = pytest.importorskip("lark")  # the independent parser (dev dependency)

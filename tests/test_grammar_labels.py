@@ -7,8 +7,7 @@ import random
 import pytest
 from grammar_helpers import walk
 
-from sprig.grammar import GrammarCompiler, GrammarSpec
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarSpec, matcher_for
 from sprig.grammar.matcher import allocate_token_bitmask
 from sprig.grammar.schema.labels import StringScan, host_labels_valid, valid_a_label
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo, matcher_for
 from sprig.grammar.matcher import GrammarMatcher, allocate_token_bitmask
 from sprig.kernels.bitmask import apply_token_bitmask_, unpack_bitmask
 

@@ -13,8 +13,15 @@ import re
 import pytest
 from outlines_core import Index
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarKind, GrammarSpec, JsonOptions, TokenizerInfo
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import (
+    GrammarCompiler,
+    GrammarError,
+    GrammarKind,
+    GrammarSpec,
+    JsonOptions,
+    TokenizerInfo,
+    matcher_for,
+)
 from sprig.grammar.outlines.automaton import outlines_vocabulary, probe_outlines_core
 
 

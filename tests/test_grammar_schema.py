@@ -13,8 +13,7 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, Whitespace
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, JsonOptions, Whitespace, matcher_for
 from sprig.grammar.schema.ordering import schema_ordered_dumps
 
 

@@ -11,8 +11,7 @@ import json
 import jsonschema
 import pytest
 
-from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions, matcher_for
 from sprig.grammar.schema.ordering import schema_ordered_dumps
 
 

@@ -12,8 +12,7 @@ import json
 import pytest
 import torch
 
-from sprig.grammar import GrammarError, GrammarSpec, JsonOptions
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarError, GrammarSpec, JsonOptions, matcher_for
 from sprig.grammar.matcher import allocate_token_bitmask
 
 

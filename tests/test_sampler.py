@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from sprig.runtime.engine.generate_request import SamplingParams
 from sprig.runtime.engine.sampler import (
     Sampler,
     SamplingBatch,
@@ -18,7 +19,6 @@ from sprig.runtime.engine.sampler import (
     process_logits,
     unpack_allowed_mask,
 )
-from sprig.runtime.engine.sampling_params import SamplingParams
 
 torch.set_num_threads(1)
 V = 50

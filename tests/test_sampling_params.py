@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from sprig.runtime.engine.sampling_params import ErrorCode, SamplingParams, SamplingParamsError
+from sprig.runtime.engine.generate_request import ErrorCode, SamplingParams, SamplingParamsError
 
 VOCAB = 1000
 
@@ -208,7 +208,7 @@ def test_sampling_seed_is_an_alias_of_seed() -> None:
 
 
 def test_custom_params_are_dropped_with_a_debug_log(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="sprig.runtime.engine.sampling_params"):
+    with caplog.at_level(logging.DEBUG, logger="sprig.runtime.engine.generate_request"):
         p = check({"custom_params": {"bias": 3}, "temperature": 0.5})
     assert p == SamplingParams(temperature=0.5)
     assert any("custom_params" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)

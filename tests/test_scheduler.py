@@ -6,12 +6,11 @@ from __future__ import annotations
 import torch
 
 from sprig.radix import RadixCache
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.generate_request import SamplingParams
 from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.request import Request, RequestStatus
-from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig
-from sprig.runtime.engine.stop_checker import StopChecker
 from sprig.runtime.model.checkpoints import checkpoint_path
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.kv_pool import KVPool, PoolSize

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from sprig.runtime.errors import RequestError
 from sprig.runtime.server import auth as server_auth
 from sprig.runtime.server.auth import Authenticator, KeyEntry, Tenant, TokenBucket, load_keys_file
-from sprig.runtime.server.http_errors import APIError, _loc_param, from_value_error, sanitize
+from sprig.runtime.server.http_common import APIError, _loc_param, from_value_error, sanitize
 from sprig.runtime.server.openai_convert import template_messages
 from sprig.runtime.server.openai_protocol import ChatMessage, FunctionDef, NamedToolChoice, ToolDef
 from sprig.runtime.server.openai_tools import (

@@ -16,8 +16,7 @@ import jsonschema
 import pytest
 
 from sprig import Engine
-from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import GrammarCompiler, GrammarSpec, TokenizerInfo, matcher_for
 from sprig.runtime.engine.spec.speculator import walk_grammar
 
 ITEMS = {"type": "array", "minItems": 2, "maxItems": 4, "items": {

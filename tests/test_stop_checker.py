@@ -13,9 +13,8 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
-from sprig.runtime.engine.sampling_params import SamplingParams
-from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
+from sprig.runtime.engine.generate_request import SamplingParams
+from sprig.runtime.engine.output_text import FinishReason, FinishType, IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.stop_regex import StopRegexTimeout
 from sprig.runtime.model.checkpoints import checkpoint_path
 

@@ -78,8 +78,8 @@ def test_a_stalled_reader_holds_only_its_unread_output_while_others_stream(tiny_
 
 
 def test_sequence_meta_is_typed_and_keeps_the_meta_info_shape() -> None:
+    from sprig.runtime.engine.output_text import FinishReason, FinishType
     from sprig.runtime.engine.request import SequenceMeta
-    from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 
     running = SequenceMeta("r", 5, 2, 3, None, 0.5, cached_host_tokens=1)
     assert not running.finished and running.finish_type is None and running.failure is None

@@ -1,13 +1,17 @@
-"""The grammar compiler the engine talks to: cache first, then a worker, never the engine loop.
+"""The grammar compiler the engine talks to: cache first, then a worker, never the engine loop; and
+`matcher_for`, each request's matcher over what it compiled.
 
     compiler = GrammarCompiler(TokenizerInfo.from_tokenizer(path, eos_token_ids=[2], vocab_size=2100))
     future = compiler.submit(GrammarSpec.json_schema(schema))   # returns at once
     compiled = future.result()                                  # the compiled grammar, or raises GrammarError
-    matcher = matcher_for(compiled)
+    matcher = matcher_for(compiled)                             # the compiled grammar's backend picks it
 
 Results (and errors) are cached by (kind, canonical spec, tokenizer fingerprint) in a bounded LRU;
 concurrent requests for the same spec share one compilation, each through its own future, so a request
 that cancels its future (a timeout) does not cancel the compilation the others wait for.
+
+A backend's matcher module is imported on first use, so the default (llguidance) path never loads
+outlines-core, and compile workers (which import this package, never build matchers) never load torch.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import copy
 import threading
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sprig.grammar.backend import Backend, Compiled
 from sprig.grammar.compile import worker
@@ -24,6 +29,9 @@ from sprig.grammar.compile.pool import CompilePool
 from sprig.grammar.errors import GrammarError
 from sprig.grammar.spec import GrammarSpec
 from sprig.grammar.vocabulary import TokenizerInfo
+
+if TYPE_CHECKING:  # why: the matcher interface imports torch; this module must not at import time
+    from sprig.grammar.matcher import GrammarMatcher
 
 
 @dataclass
@@ -178,4 +186,17 @@ def _complete(future: Future, value: Compiled | GrammarError) -> None:
         future.set_result(value)
 
 
-__all__ = ["GrammarCompiler"]
+def matcher_for(compiled: Compiled, max_rollback: int = 64) -> GrammarMatcher:
+    """One request's matcher over `compiled` (cheap; the compiled grammar is shared and read-only)."""
+    if compiled.backend is Backend.OUTLINES:
+        from sprig.grammar.outlines.matcher import OutlinesMatcher
+
+        return OutlinesMatcher(compiled, max_rollback)  # type: ignore[arg-type]
+    if compiled.backend is Backend.LLGUIDANCE:
+        from sprig.grammar.llg.matcher import LlgMatcher
+
+        return LlgMatcher(compiled, max_rollback)  # type: ignore[arg-type]
+    raise ValueError(f"no matcher for backend {compiled.backend!r}")
+
+
+__all__ = ["GrammarCompiler", "matcher_for"]

@@ -18,7 +18,7 @@ from sprig.grammar.schema import labels
 
 
 class LlgMatcher(GrammarMatcher):
-    """One request's state in an llguidance grammar (created through `factory.matcher_for`)."""
+    """One request's state in an llguidance grammar (created through `compile.compiler.matcher_for`)."""
 
     def __init__(self, compiled: CompiledLark, max_rollback: int = 64) -> None:
         self.compiled = compiled

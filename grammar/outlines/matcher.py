@@ -21,7 +21,7 @@ MAX_ROW_CACHE_BYTES = 16 << 20  # per compiled grammar: finished bitmask rows, r
 
 
 class OutlinesMatcher(GrammarMatcher):
-    """One request's state in an outlines-core automaton (created through `factory.matcher_for`)."""
+    """One request's state in an outlines-core automaton (created through `compile.compiler.matcher_for`)."""
 
     def __init__(self, compiled: CompiledGrammar, max_rollback: int = 64) -> None:
         self.compiled = compiled

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
+from sprig.runtime.engine.generate_request import CONSTRAINTS, FieldNames, SamplingParams
 from sprig.runtime.engine.request import Request
-from sprig.runtime.engine.sampling_params import CONSTRAINTS, FieldNames, SamplingParams
 from sprig.runtime.errors import RequestError
 
 COMPILE_TIMEOUT_S = 30.0

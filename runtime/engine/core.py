@@ -15,6 +15,7 @@ from sprig.runtime.distributed.tp_group import TPGroup
 from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, PendingMasks, advance_grammar
 from sprig.runtime.engine.host_tier import HiCacheCounters, build_host_tier
 from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.output_text import FinishReason, FinishType
 from sprig.runtime.engine.prompt_logprobs import record_prompt_logprobs
 from sprig.runtime.engine.request import Logprob, Request, RequestStatus
 from sprig.runtime.engine.sampler import SampleOutput, Sampler, SamplingBatch
@@ -24,7 +25,6 @@ from sprig.runtime.engine.spec.build import build_speculator
 from sprig.runtime.engine.spec.speculator import Draft
 from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
-from sprig.runtime.engine.stop_checker import FinishReason, FinishType
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
 from sprig.runtime.model.kv_pool import KVPool, choose_pool_size

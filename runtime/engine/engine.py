@@ -21,33 +21,34 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from sprig.grammar.factory import matcher_for
+from sprig.grammar import matcher_for
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.engine.constraints import compiled_or_error, constraint_named, spec_from_params
 from sprig.runtime.engine.core import EngineCore
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
 from sprig.runtime.engine.gauges import EngineGauges, read_gauges
 from sprig.runtime.engine.generate_request import (
+    NATIVE_NAMES,
+    FieldNames,
     GenerateRequest,
-    PreparedCall,
+    LogprobOptions,
     Prompt,
+    SamplingParams,
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import (
     DeltaChannel,
-    LogprobOptions,
     LoopWaker,
+    PreparedCall,
     Request,
     StepDelta,
     take_delta,
 )
-from sprig.runtime.engine.sampling_params import NATIVE_NAMES, FieldNames, SamplingParams
 from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
-from sprig.runtime.engine.stop_checker import StopChecker
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
 from sprig.runtime.engine.summary import engine_facts, engine_stats
 from sprig.runtime.errors import RequestError

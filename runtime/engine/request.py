@@ -1,4 +1,5 @@
-"""A generation request as the scheduler sees it (its tokens, its KV pages) and its output plumbing.
+"""A generation request as the scheduler sees it (its tokens, its KV pages), a validated call's requests
+(`PreparedCall`), and its output plumbing.
 
 What the engine hands back per step: deltas, a bounded channel per call, and cumulative results built by the reader.
 
@@ -23,11 +24,10 @@ from enum import Enum
 from typing import Any
 
 from sprig.radix import TreeNode
-from sprig.runtime.engine.detokenizer import IncrementalDetokenizer
+from sprig.runtime.engine.generate_request import NATIVE_NAMES, FieldNames, LogprobOptions, SamplingParams
+from sprig.runtime.engine.output_text import FinishReason, FinishType, IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.penalties import TokenHistory
-from sprig.runtime.engine.sampling_params import SamplingParams
 from sprig.runtime.engine.spec.tally import SpecTally
-from sprig.runtime.engine.stop_checker import FinishReason, FinishType, StopChecker
 
 
 class RequestStatus(Enum):
@@ -37,13 +37,6 @@ class RequestStatus(Enum):
 
 
 Logprob = tuple[float | None, int, list[tuple[float, int]]]  # (logprob, token id, top (logprob, id) alternatives)
-
-
-@dataclass(frozen=True)
-class LogprobOptions:
-    return_logprob: bool = False
-    logprob_start_len: int = -1  # first prompt position whose logprob is returned; -1 = none of the prompt
-    top_logprobs_num: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +136,19 @@ class Request:
         step = self.stop.abort(self.detok)
         self.text_delta += step.delta
         self.finish(FinishReason(FinishType.ABORT), error)
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A validated call: its engine requests (n copies of each prompt consecutive), ready to submit."""
+
+    requests: tuple[Request, ...]
+    batch: bool
+    names: FieldNames = NATIVE_NAMES
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return [len(r.prompt_ids) for r in self.requests]
 
 
 @dataclass(frozen=True)

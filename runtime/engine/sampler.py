@@ -34,8 +34,8 @@ from torch import Tensor
 
 from sprig.kernels.bitmask import mask_logits_
 from sprig.kernels.cpu_argmax import argmax_rows
+from sprig.runtime.engine.generate_request import SamplingParams
 from sprig.runtime.engine.penalties import TokenCounts, TokenHistory
-from sprig.runtime.engine.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
 _MASK64 = (1 << 64) - 1

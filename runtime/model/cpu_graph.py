@@ -7,7 +7,7 @@ forward makes besides (the embedding lookup, row gathers, `.contiguous()` copies
 `kernels/csrc/graph.c`; `CpuGraph.replay` then runs the whole list with one call into C.
 
 Recorded calls hold raw pointers, so every tensor they touch must stay where it is: the graph keeps the tensors
-created during the capture alive, and the caller keeps its inputs in static buffers (`DecodeGraphRunner`). Any
+created during the capture alive, and the caller keeps its inputs in static buffers (`runner.DecodeGraphRunner`). Any
 other torch op during the capture -- a wrapper falling back to its torch reference, or a `.item()` that would
 freeze a data-dependent branch -- aborts it with `GraphCaptureError`, which names the op; the step then runs
 eagerly.

@@ -1,9 +1,9 @@
 """The server room: the HTTP API over one `Engine` (FastAPI + uvicorn + orjson).
 
 `app.py` builds the app; `openai_routes.py` and `native_routes.py` (with `native_stream.py`) hold the routes, which
-share body reading, state and responses through `http_common.py`; `openai_protocol.py`, `openai_convert.py`
-(requests and chat messages → engine calls, results → responses), `openai_tools.py` and `openai_output.py` are the
-OpenAI protocol; `run.py` follows one generation against disconnects, deadlines and shutdown; `state.py`,
-`auth.py`, `metrics.py` and `http_errors.py` are the server's state, tenants, Prometheus metrics and error shapes;
-`cli.py` is `sprig serve`. May import: the engine room and everything below it.
+share body reading, responses and the OpenAI error shapes through `http_common.py`; `openai_protocol.py`,
+`openai_convert.py` (requests and chat messages → engine calls, results → responses), `openai_tools.py` and
+`openai_output.py` are the OpenAI protocol; `run.py` follows one generation against disconnects, deadlines and
+shutdown; `state.py`, `auth.py` and `metrics.py` are the server's state (with its token-text cache), tenants and
+Prometheus metrics; `cli.py` is `sprig serve`. May import: the engine room and everything below it.
 """

@@ -22,12 +22,11 @@ from starlette.responses import Response
 
 from sprig.runtime.errors import USER_ERRORS, describe
 from sprig.runtime.server.auth import Authenticator
-from sprig.runtime.server.http_common import get_state, json_response
-from sprig.runtime.server.http_errors import APIError, ErrorType, install_error_handlers
+from sprig.runtime.server.http_common import APIError, ErrorType, install_error_handlers, json_response
 from sprig.runtime.server.native_routes import GenerateRequest, native_router
 from sprig.runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from sprig.runtime.server.openai_routes import openai_router
-from sprig.runtime.server.state import Health, ServerSettings, ServerState
+from sprig.runtime.server.state import Health, ServerSettings, ServerState, get_state
 
 logger = logging.getLogger(__name__)
 

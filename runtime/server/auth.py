@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sprig.runtime.server.http_errors import APIError, ErrorType
+from sprig.runtime.server.http_common import APIError, ErrorType
 
 ANONYMOUS = "anonymous"
 

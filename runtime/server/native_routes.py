@@ -26,16 +26,7 @@ from starlette.responses import Response
 from sprig.runtime.engine.generate_request import generate_request
 from sprig.runtime.engine.request import StepDelta
 from sprig.runtime.server.auth import forbidden
-from sprig.runtime.server.http_common import (
-    TokenTexts,
-    body_spec,
-    get_state,
-    json_response,
-    read_model,
-    state_texts,
-    tenant_of,
-)
-from sprig.runtime.server.http_errors import bad_request
+from sprig.runtime.server.http_common import bad_request, body_spec, json_response, read_model
 from sprig.runtime.server.native_stream import ChunkCutter, stream_intervals
 from sprig.runtime.server.openai_protocol import StrictModel
 from sprig.runtime.server.run import (
@@ -47,7 +38,7 @@ from sprig.runtime.server.run import (
     sse_body,
     start_run,
 )
-from sprig.runtime.server.state import ServerState
+from sprig.runtime.server.state import ServerState, TokenTexts, get_state, state_texts, tenant_of
 
 logger = logging.getLogger(__name__)
 

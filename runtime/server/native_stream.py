@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sprig.runtime.engine.request import LogprobOptions, StepDelta
+from sprig.runtime.engine.generate_request import LogprobOptions
+from sprig.runtime.engine.request import StepDelta
 
 
 @dataclass

@@ -19,13 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
-from sprig.runtime.engine.generate_request import GenerateRequest
-from sprig.runtime.engine.request import LogprobOptions
-from sprig.runtime.engine.sampling_params import FieldNames, SamplingParams
+from sprig.runtime.engine.generate_request import FieldNames, GenerateRequest, LogprobOptions, SamplingParams
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.tokenizer import Tokenizer
-from sprig.runtime.server.http_common import TokenTexts, safe_decode
-from sprig.runtime.server.http_errors import bad_request, from_value_error
+from sprig.runtime.server.http_common import bad_request, from_value_error
 from sprig.runtime.server.openai_protocol import (
     ChatCompletionRequest,
     ChatLogprobs,
@@ -52,6 +49,7 @@ from sprig.runtime.server.openai_tools import (
     tools_system_prompt,
 )
 from sprig.runtime.server.run import ServerCall, check_timeout
+from sprig.runtime.server.state import TokenTexts, safe_decode
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 

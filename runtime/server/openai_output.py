@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.runtime.engine.request import SequenceMeta, StepDelta
-from sprig.runtime.server.http_common import TokenTexts
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
     chat_logprobs,
@@ -37,6 +36,7 @@ from sprig.runtime.server.openai_protocol import (
     ToolCallDelta,
 )
 from sprig.runtime.server.openai_tools import TaggedCallStream, ToolChoiceKind, calls_from_output, new_call_id
+from sprig.runtime.server.state import TokenTexts
 
 
 @dataclass

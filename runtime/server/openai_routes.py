@@ -14,15 +14,7 @@ from starlette.responses import Response
 
 from sprig.runtime.engine.engine import Engine
 from sprig.runtime.engine.request import SequenceMeta, StepDelta
-from sprig.runtime.server.http_common import (
-    TokenTexts,
-    body_spec,
-    get_state,
-    json_response,
-    read_model,
-    state_texts,
-    tenant_of,
-)
+from sprig.runtime.server.http_common import body_spec, json_response, read_model
 from sprig.runtime.server.openai_convert import (
     OpenAIPlan,
     chat_plan,
@@ -44,7 +36,7 @@ from sprig.runtime.server.openai_protocol import (
     ModelList,
 )
 from sprig.runtime.server.run import EventStream, run_to_end, sse_body, start_run
-from sprig.runtime.server.state import ServerState
+from sprig.runtime.server.state import ServerState, TokenTexts, get_state, state_texts, tenant_of
 
 logger = logging.getLogger(__name__)
 

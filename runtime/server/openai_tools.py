@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sprig.runtime.server.http_errors import bad_request
+from sprig.runtime.server.http_common import bad_request
 from sprig.runtime.server.openai_protocol import (
     FunctionCall,
     JsonSchemaFormat,

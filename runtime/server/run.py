@@ -25,10 +25,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sprig.runtime.engine.engine import DeltaStream
-from sprig.runtime.engine.generate_request import GenerateRequest, PreparedCall
-from sprig.runtime.engine.request import EMPTY_META, SequenceMeta, StepDelta, StreamAccumulator
+from sprig.runtime.engine.generate_request import GenerateRequest
+from sprig.runtime.engine.request import EMPTY_META, PreparedCall, SequenceMeta, StepDelta, StreamAccumulator
 from sprig.runtime.server.auth import Tenant
-from sprig.runtime.server.http_errors import APIError, ErrorType, bad_request, from_value_error
+from sprig.runtime.server.http_common import APIError, ErrorType, bad_request, from_value_error
 from sprig.runtime.server.state import ServerState, StopCause, Ticket
 
 logger = logging.getLogger(__name__)

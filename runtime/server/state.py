@@ -1,4 +1,4 @@
-"""Server settings and the state shared by every route: the engine, readiness, admission and draining."""
+"""Server settings and the state shared by every route: the engine, readiness, admission, draining, token texts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from starlette.requests import Request
+
 from sprig.runtime.model.named_models import served_name
 from sprig.runtime.server.auth import Authenticator, RateLimited, Tenant
-from sprig.runtime.server.http_errors import APIError, ErrorType
+from sprig.runtime.server.http_common import APIError, ErrorType
 from sprig.runtime.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ class ServerState:
     started: float = field(default_factory=time.time)
     inflight_sequences: int = 0
     runs: set[Stoppable] = field(default_factory=set)
-    token_texts: Any = None  # the per-engine cache of single-token texts (logprob entries)
+    token_texts: TokenTexts | None = None  # the per-engine cache of single-token texts (logprob entries)
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,3 +178,43 @@ _UNAVAILABLE = {
     Health.STALLED: "the engine is not making progress",
     Health.DRAINING: "the server is shutting down",
 }
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.sprig
+
+
+def tenant_of(request: Request) -> Tenant:
+    tenant = getattr(request.state, "tenant", None)
+    return tenant if tenant is not None else get_state(request).auth.anonymous
+
+
+def safe_decode(tok: Any, ids: list[int]) -> str:
+    """The text of `ids`, or "" for ids the tokenizer cannot decode (the engine's validation reports those)."""
+    try:
+        return tok.decode(ids, skip_special_tokens=False)
+    except Exception:  # noqa: BLE001 - out-of-vocab ids are reported by the engine's validation
+        return ""
+
+
+class TokenTexts:
+    """Text of single tokens (cached): what logprob entries show for each token id."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self.cache.get(token_id)
+        if text is None:
+            text = safe_decode(self.tokenizer, [token_id])
+            if len(self.cache) < 1 << 18:
+                self.cache[token_id] = text
+        return text
+
+
+def state_texts(state: ServerState) -> TokenTexts:
+    """The per-server token-text cache (created with the engine)."""
+    if state.token_texts is None:
+        state.token_texts = TokenTexts(state.ready_engine().tokenizer)
+    return state.token_texts
