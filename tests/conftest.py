@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The checkout's root holds sprig's own `kernels/` folder; on sys.path it would stand in for Hugging Face's `kernels`
+# package, which transformers 5.25+ imports. sprig itself is found through its install, so keep the root off the
+# path, here and in the Python processes tests start (PYTHONSAFEPATH: no cwd or script folder first, Python 3.11+).
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
+os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:
