@@ -117,6 +117,24 @@ def _edited_config(name: str, tmp_path, **changes) -> str:
     return str(tmp_path)
 
 
+@pytest.mark.parametrize(("name", "old_style"), [
+    ("tiny-phi3-long", {"rope_scaling": {"type": "su", "short_factor": [1.0, 1.3, 1.9, 2.6, 3.4, 4.1, 5.0, 6.2],
+                                         "long_factor": [1.1, 2.0, 3.5, 5.5, 8.0, 11.0, 15.0, 20.0]},
+                        "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    ("tiny-gpt-neox-sequential", {"rotary_pct": 0.5, "rotary_emb_base": 10000}),  # 0.5: not the default
+    ("tiny-stablelm-sequential", {"partial_rotary_factor": 0.5, "rope_theta": 10000}),
+])
+def test_transformers_4_configs_read_as_transformers_5_ones(name, old_style, tmp_path):
+    """Real checkpoints' configs predate `rope_parameters`: rope_scaling ("su" is LongRoPE's old name), rope
+    fields and the rotated fraction (`rotary_pct` for GPT-NeoX) at the top."""
+    raw = json.loads((checkpoint_path(name) / "config.json").read_text())
+    old = _edited_config(name, tmp_path, **old_style)
+    old_raw = json.loads((tmp_path / "config.json").read_text())
+    del old_raw["rope_parameters"]
+    (tmp_path / "config.json").write_text(json.dumps(old_raw))
+    assert "rope_parameters" in raw and load_model_config(old) == load_model_config(checkpoint_path(name))
+
+
 def test_unsupported_architecture_lists_the_families_in_one_line(tmp_path):
     with pytest.raises(CheckpointError) as e:
         load_model_config(_edited_config("tiny-granite", tmp_path, architectures=["GPT2LMHeadModel"]))
