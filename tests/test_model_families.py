@@ -106,6 +106,22 @@ def test_longrope_picks_long_factors_only_past_the_pretraining_length():
     assert torch.allclose(long[1, :2], torch.cos(torch.tensor([0.25, 0.00125])) * scale)
 
 
+def test_a_served_context_within_the_pretraining_length_takes_the_short_factors(tmp_path):
+    """Phi-3-128k-like: max_position_embeddings past original_max_position_embeddings, so the model's own context
+    takes the long factors; capped at the pretraining length (`--context-length`) it takes the short ones, which
+    transformers uses for every sequence that short, and equals it."""
+    path = _edited_config("tiny-phi3-short", tmp_path, max_position_embeddings=4096)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = _prompts()[3]
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]
+    capped = _logits(load_model(path, "float32", context_length=2048), ids)
+    assert (capped - expected).abs().max().item() < TOL
+    assert (_logits(load_model(path, "float32"), ids) - expected).abs().max().item() > 100 * TOL
+    with Engine(path, dtype="float32", max_total_tokens=2048, context_length=2048) as engine:
+        assert engine.core.model.cos_sin_cache.shape[0] == 2048
+
+
 def _edited_config(name: str, tmp_path, **changes) -> str:
     """A copy of checkpoint `name`'s folder (its files linked) with config.json fields changed."""
     source = checkpoint_path(name)
