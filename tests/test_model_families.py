@@ -56,6 +56,25 @@ def test_batched_and_cached_output_equals_each_request_alone(name):
     assert cached == alone
 
 
+@pytest.mark.parametrize(("name", "blocker"), [("tiny-phi3-long", None), ("tiny-granite", "aten.mul"),
+                                              ("tiny-gpt-neox", "aten.layer_norm"),
+                                              ("tiny-stablelm-sequential", "aten.layer_norm")])
+def test_bf16_decodes_from_cpu_graphs_where_they_capture_and_eagerly_elsewhere(name, blocker):
+    """What the README's families table says: Phi-3 decodes from CPU graphs; Granite's multipliers and the
+    LayerNorm families' norms are torch ops, so their capture stops there, and they decode eagerly, the same."""
+    outputs = []
+    for disable in (True, False):
+        with Engine(str(checkpoint_path(name)), dtype="bfloat16", disable_cuda_graph=disable,
+                    max_total_tokens=2048) as engine:
+            outputs.append([r["output_ids"] for r in engine.generate(input_ids=_prompts(), sampling_params=PARAMS)])
+            graphs = engine.core.runner.graph_runner
+    assert graphs is not None and outputs[0] == outputs[1]
+    if blocker is None:
+        assert graphs.cpu_graphs and graphs.capture_error is None
+    else:
+        assert blocker in graphs.capture_error and not graphs.cpu_graphs
+
+
 @pytest.mark.parametrize("name", ["tiny-phi3-long", "tiny-gpt-neox", "tiny-stablelm", "tiny-granite"])
 def test_torch_kernels_match_transformers(name):
     """The torch reference kernels (the parity tests run the C ones) on partial rotary and the other parts."""
