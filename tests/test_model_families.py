@@ -56,6 +56,25 @@ def test_batched_and_cached_output_equals_each_request_alone(name):
     assert cached == alone
 
 
+@pytest.mark.parametrize(("name", "blocker"), [("tiny-phi3-long", None), ("tiny-granite", "aten.mul"),
+                                              ("tiny-gpt-neox", "aten.layer_norm"),
+                                              ("tiny-stablelm-sequential", "aten.layer_norm")])
+def test_bf16_decodes_from_cpu_graphs_where_they_capture_and_eagerly_elsewhere(name, blocker):
+    """What the README's families table says: Phi-3 decodes from CPU graphs; Granite's multipliers and the
+    LayerNorm families' norms are torch ops, so their capture stops there, and they decode eagerly, the same."""
+    outputs = []
+    for disable in (True, False):
+        with Engine(str(checkpoint_path(name)), dtype="bfloat16", disable_cuda_graph=disable,
+                    max_total_tokens=2048) as engine:
+            outputs.append([r["output_ids"] for r in engine.generate(input_ids=_prompts(), sampling_params=PARAMS)])
+            graphs = engine.core.runner.graph_runner
+    assert graphs is not None and outputs[0] == outputs[1]
+    if blocker is None:
+        assert graphs.cpu_graphs and graphs.capture_error is None
+    else:
+        assert blocker in graphs.capture_error and not graphs.cpu_graphs
+
+
 @pytest.mark.parametrize("name", ["tiny-phi3-long", "tiny-gpt-neox", "tiny-stablelm", "tiny-granite"])
 def test_torch_kernels_match_transformers(name):
     """The torch reference kernels (the parity tests run the C ones) on partial rotary and the other parts."""
@@ -106,6 +125,22 @@ def test_longrope_picks_long_factors_only_past_the_pretraining_length():
     assert torch.allclose(long[1, :2], torch.cos(torch.tensor([0.25, 0.00125])) * scale)
 
 
+def test_a_served_context_within_the_pretraining_length_takes_the_short_factors(tmp_path):
+    """Phi-3-128k-like: max_position_embeddings past original_max_position_embeddings, so the model's own context
+    takes the long factors; capped at the pretraining length (`--context-length`) it takes the short ones, which
+    transformers uses for every sequence that short, and equals it."""
+    path = _edited_config("tiny-phi3-short", tmp_path, max_position_embeddings=4096)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = _prompts()[3]
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]
+    capped = _logits(load_model(path, "float32", context_length=2048), ids)
+    assert (capped - expected).abs().max().item() < TOL
+    assert (_logits(load_model(path, "float32"), ids) - expected).abs().max().item() > 100 * TOL
+    with Engine(path, dtype="float32", max_total_tokens=2048, context_length=2048) as engine:
+        assert engine.core.model.cos_sin_cache.shape[0] == 2048
+
+
 def _edited_config(name: str, tmp_path, **changes) -> str:
     """A copy of checkpoint `name`'s folder (its files linked) with config.json fields changed."""
     source = checkpoint_path(name)
@@ -115,6 +150,24 @@ def _edited_config(name: str, tmp_path, **changes) -> str:
     (tmp_path / "config.json").unlink()
     (tmp_path / "config.json").write_text(json.dumps({**raw, **changes}))
     return str(tmp_path)
+
+
+@pytest.mark.parametrize(("name", "old_style"), [
+    ("tiny-phi3-long", {"rope_scaling": {"type": "su", "short_factor": [1.0, 1.3, 1.9, 2.6, 3.4, 4.1, 5.0, 6.2],
+                                         "long_factor": [1.1, 2.0, 3.5, 5.5, 8.0, 11.0, 15.0, 20.0]},
+                        "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    ("tiny-gpt-neox-sequential", {"rotary_pct": 0.5, "rotary_emb_base": 10000}),  # 0.5: not the default
+    ("tiny-stablelm-sequential", {"partial_rotary_factor": 0.5, "rope_theta": 10000}),
+])
+def test_transformers_4_configs_read_as_transformers_5_ones(name, old_style, tmp_path):
+    """Real checkpoints' configs predate `rope_parameters`: rope_scaling ("su" is LongRoPE's old name), rope
+    fields and the rotated fraction (`rotary_pct` for GPT-NeoX) at the top."""
+    raw = json.loads((checkpoint_path(name) / "config.json").read_text())
+    old = _edited_config(name, tmp_path, **old_style)
+    old_raw = json.loads((tmp_path / "config.json").read_text())
+    del old_raw["rope_parameters"]
+    (tmp_path / "config.json").write_text(json.dumps(old_raw))
+    assert "rope_parameters" in raw and load_model_config(old) == load_model_config(checkpoint_path(name))
 
 
 def test_unsupported_architecture_lists_the_families_in_one_line(tmp_path):

@@ -57,7 +57,8 @@ class EngineCore:
             self.model = self.tp.model
         else:
             self.model = load_model(self.model_path, config.dtype, config.quantization, config.device,
-                                    config.attention_backend, gguf_dequantize=config.gguf_dequantize)
+                                    config.attention_backend, gguf_dequantize=config.gguf_dequantize,
+                                    context_length=config.context_length)
         self.model_config = self.model.cfg
         self.checkpoint_format = checkpoint_format(self.model_path)
         self.context_length = min(config.context_length or self.model_config.context_length,

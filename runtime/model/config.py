@@ -75,7 +75,7 @@ class ModelConfig:
 
 def _rope_from_hf(raw: dict[str, Any]) -> RopeConfig:
     params = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
-    theta = float(params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+    theta = float(params.pop("rope_theta", raw.get("rope_theta", raw.get("rotary_emb_base", 10000.0))))  # GPT-NeoX
     rope_type = str(params.pop("rope_type", params.pop("type", "default")))
     params.pop("partial_rotary_factor", None)  # why: a family part (`LayerParts`), not a rope parameter
     if rope_type in ("longrope", "su"):  # Phi-3 keeps the pretraining length at the top of its config

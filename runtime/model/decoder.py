@@ -288,15 +288,16 @@ class CausalLM(nn.Module):
         self.register_buffer("local_cos_sin_cache", None, persistent=False)  # Gemma 3's sliding layers' table
         self.build_rope_tables()
 
-    def build_rope_tables(self, device: torch.device | str | None = None) -> None:
-        """The rotary cos/sin tables (float32, computed on the CPU, then moved to `device`)."""
+    def build_rope_tables(self, device: torch.device | str | None = None, served: int | None = None) -> None:
+        """The rotary cos/sin tables (float32, computed on the CPU, then moved to `device`), for the `served`
+        context when it is shorter than the model's (LongRoPE picks its factors by it)."""
         cfg = self.cfg
-        cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, cfg.context_length)
+        context = cfg.context_length if served is None else min(served, cfg.context_length)
+        cache = rope_cos_sin_cache(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings, context)
         self.cos_sin_cache = cache.to(device) if device is not None else cache
         theta = cfg.parts.local_rope_theta
         if theta is not None:
-            local = rope_cos_sin_cache(RopeConfig(theta), cfg.rotary_dim, cfg.max_position_embeddings,
-                                       cfg.context_length)
+            local = rope_cos_sin_cache(RopeConfig(theta), cfg.rotary_dim, cfg.max_position_embeddings, context)
             self.local_cos_sin_cache = local.to(device) if device is not None else local
 
     def fold_norm_offsets(self) -> None:

@@ -291,7 +291,7 @@ def _copy_into(target: Target, name: str, tensor: torch.Tensor, fp8: Fp8Format |
 def _build_empty_model(
     cfg: ModelConfig, dtype: torch.dtype, quantization: str | None, device: str, backend: str | None,
     tp: TPContext | None = None, fp8: Fp8Format | None = None, stage: StageRange | None = None,
-    int4: Int4Format | None = None, swap: Callable[[CausalLM], None] | None = None,
+    int4: Int4Format | None = None, swap: Callable[[CausalLM], None] | None = None, served: int | None = None,
 ) -> CausalLM:
     """The model on `device` with uninitialized weights; `swap` replaces modules while it is still on meta."""
     ops = get_kernels(backend, device)
@@ -315,7 +315,7 @@ def _build_empty_model(
     for m in model.modules():
         if isinstance(m, Int8Linear):
             m.use_kernel = m.use_kernel and device == "cpu"
-    model.build_rope_tables(device)
+    model.build_rope_tables(device, served)
     for head in (model.embed_tokens, model.lm_head):  # either may be another pipeline stage's
         if head is not None and model.plan.vocab_real < model.plan.vocab_rows:
             head.weight.data[model.plan.vocab_real :].zero_()  # why: padding rows of a split vocabulary
@@ -331,6 +331,7 @@ def load_model(
     tp: TPContext | None = None,
     stage: StageRange | None = None,
     gguf_dequantize: bool = False,
+    context_length: int | None = None,
 ) -> CausalLM:
     """Build the model for the checkpoint in `path` (a folder or a GGUF file) and fill it; errors are one-line
     CheckpointErrors.
@@ -338,6 +339,8 @@ def load_model(
     With a `tp` context of size > 1 only this rank's shard is built and read (safetensors `get_slice`); with a
     pipeline `stage` only that stage's layers (and the embedding / LM head where it holds them) are built and read.
     A GGUF file's block-quantized tensors stay quantized unless `gguf_dequantize` (see `gguf_loader.py`).
+    `context_length` caps the served context below the model's (the engine's `--context-length`): the rotary table
+    stops there, and LongRoPE picks its short factors when the cap is within the pretraining length.
     """
     if is_gguf_path(path):
         sharded = (tp is not None and tp.enabled) or (stage is not None and stage.count < stage.num_layers)
@@ -373,7 +376,8 @@ def load_model(
                               "--tp-size 1 --pp-size 1")
     files = _safetensors_files(folder)
     try:
-        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4)
+        model = _build_empty_model(cfg, torch_dtype, quantization, device, attention_backend, tp, fp8, stage, int4,
+                                   served=context_length)
     except ValueError as e:  # an unusable kernel backend, or a model that cannot be split over tp ranks
         raise CheckpointError(str(e)) from None
     targets = _weight_targets(model, fp8, int4)
