@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from sprig.kernels import moe
+
 BACKENDS = ("torch", "triton", "cpu")
 
 
@@ -45,6 +47,7 @@ class KernelSet:
     silu_and_mul: Callable[..., torch.Tensor]
     apply_token_bitmask_: Callable[..., None]
     uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (shared-prefix groups)
+    fused_moe: Callable[..., torch.Tensor] = moe.fused_moe  # routing, experts and combine in one call
 
 
 def default_backend(device: torch.device | str | None = None) -> str:

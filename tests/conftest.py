@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_installed_kernels_package() -> None:
+    """The repository root is the `sprig` package, so from it (`python -m pytest` puts it on sys.path) `import
+    kernels` finds sprig's `kernels/` folder, not the `kernels` distribution transformers imports when it is
+    installed (its activations and MoE code, e.g. while building a tiny checkpoint): load the distribution first,
+    with the root off the path, so transformers' import finds it in sys.modules."""
+    sys.modules.pop("kernels", None)
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO_ROOT]
+    try:
+        if importlib.util.find_spec("kernels") is not None:
+            importlib.import_module("kernels")
+    finally:
+        sys.path[:] = saved
+
+
+_load_installed_kernels_package()
 
 
 def pytest_configure(config: pytest.Config) -> None:

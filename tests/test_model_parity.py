@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from sprig.runtime.model.checkpoints import TINY_ARCHITECTURES, checkpoint_path
+from sprig.runtime.model.checkpoints import TINY_ARCHITECTURES, TINY_MOE_ARCHITECTURES, checkpoint_path
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.runner import ModelRunner, SeqInput
@@ -14,7 +14,7 @@ from sprig.runtime.model.runner import ModelRunner, SeqInput
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module", params=TINY_ARCHITECTURES)
+@pytest.fixture(scope="module", params=TINY_ARCHITECTURES + TINY_MOE_ARCHITECTURES)
 def models(request):
     path = checkpoint_path(request.param)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model.moe_config import MOE_ARCHITECTURES, MoEConfig, moe_from_hf
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           *MOE_ARCHITECTURES)
+QKV_BIAS_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")  # q/k/v biases unless config.json says not
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")  # freq_factors: GGUF's rope_freqs
 
 
@@ -46,6 +49,7 @@ class ModelConfig:
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
     context_length: int  # the longest sequence sprig serves (a sliding window caps it)
+    moe: MoEConfig | None = None  # Mixtral, Qwen2-MoE, Qwen3-MoE: experts in place of the MLP in some layers
 
     @property
     def q_size(self) -> int:
@@ -125,12 +129,13 @@ def load_model_config(folder: str | Path) -> ModelConfig:
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=max_pos,
             rope=_rope_from_hf(raw),
-            attention_bias=bool(raw.get("attention_bias", arch == "Qwen2ForCausalLM")),
-            qk_norm=arch == "Qwen3ForCausalLM",
+            attention_bias=bool(raw.get("attention_bias", raw.get("qkv_bias", arch in QKV_BIAS_ARCHITECTURES))),
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
             eos_token_ids=_eos_ids(raw, folder),
             context_length=context,
+            moe=moe_from_hf(raw, arch),
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks required field {e.args[0]!r}") from None

@@ -13,6 +13,7 @@ from torch import nn
 from sprig.runtime.model import host_memory
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear
 from sprig.runtime.model.decoder import CausalLM, Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.moe import Experts
 from sprig.runtime.model.quantization import Fp8Linear, Int8Linear
 
 
@@ -80,7 +81,13 @@ def _graph_blocker(model: CausalLM) -> str | None:
     labels = {_linear_label(m) for m in model.modules()
               if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
               and not _in_c(m)}
-    return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
+    if labels:
+        return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})"
+    return "MoE experts run eagerly (their routing is data-dependent)" if _has_experts(model) else None
+
+
+def _has_experts(model: CausalLM) -> bool:
+    return any(isinstance(m, Experts) for m in model.modules())
 
 
 def _describe_linears(model: CausalLM) -> str:

@@ -6,6 +6,7 @@ gate/up projections are fused (one matmul each) and filled slice by slice from t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -27,6 +28,7 @@ from sprig.kernels.cpu_gemm import (
 )
 from sprig.kernels.kv_quant import rotates_keys
 from sprig.runtime.model.config import ModelConfig
+from sprig.runtime.model.moe import Experts
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
@@ -216,11 +218,39 @@ class MLP(nn.Module):
         return self.tp.all_reduce(self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x))))
 
 
-class DecoderLayer(nn.Module):
+class SparseMoE(nn.Module):
+    """Mixtral / Qwen-MoE's block in place of the MLP: a router (`gate`) picks each token's experts; Qwen2-MoE adds
+    a shared expert every token runs, scaled by sigmoid(shared_expert_gate(x)). One all-reduce sums the ranks' parts
+    (each holds a slice of every expert's intermediate channels)."""
+
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
         super().__init__()
+        assert cfg.moe is not None  # DecoderLayer builds this block for MoE configs only
+        moe = cfg.moe
+        self.ops = ops
+        self.tp = tp
+        self.gate = Linear(cfg.hidden_size, moe.num_experts, False, dtype)
+        self.experts = Experts(moe, cfg.hidden_size, moe.intermediate_size, dtype, ops)
+        shared = dataclasses.replace(cfg, intermediate_size=moe.shared_intermediate_size)
+        self.shared_expert = MLP(shared, dtype, ops, tp) if moe.has_shared_expert else None
+        self.shared_expert_gate = Linear(cfg.hidden_size, 1, False, dtype) if moe.has_shared_expert else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.experts(x, self.gate(x))
+        if self.shared_expert is not None:
+            assert self.shared_expert_gate is not None  # built with the shared expert
+            mlp = self.shared_expert  # its parts, not its forward: the block all-reduces once
+            shared = mlp.down_proj(self.ops.silu_and_mul(mlp.gate_up_proj(x)))
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * shared
+        return self.tp.all_reduce(out)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, index: int = 0) -> None:
+        super().__init__()
         self.self_attn = Attention(cfg, dtype, ops, tp)
-        self.mlp = MLP(cfg, dtype, ops, tp)
+        sparse = cfg.moe is not None and index in cfg.moe.sparse_layers  # index: the layer's place in the model
+        self.mlp: MLP | SparseMoE = SparseMoE(cfg, dtype, ops, tp) if sparse else MLP(cfg, dtype, ops, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
@@ -274,7 +304,8 @@ class CausalLM(nn.Module):
             else None
         if self.embed_tokens is not None:
             self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp) for _ in range(self.stage.count))
+        self.layers = nn.ModuleList(DecoderLayer(self.layer_cfg, dtype, ops, self.tp, self.stage.start + i)
+                                    for i in range(self.stage.count))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops) if last else None
         self.lm_head = Linear(cfg.hidden_size, self.plan.vocab_rows, False, dtype, LOGITS_DTYPE) if last else None
         self.tie_lm_head()

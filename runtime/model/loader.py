@@ -27,7 +27,7 @@ from sprig.runtime.model.block_quant import (
 )
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
-from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear
+from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Linear, SparseMoE
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
@@ -134,13 +134,49 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
             assert attn.q_norm is not None and attn.k_norm is not None  # built when qk_norm is set
             targets[f"{p}self_attn.q_norm.weight"] = Target(attn.q_norm, "weight")
             targets[f"{p}self_attn.k_norm.weight"] = Target(attn.k_norm, "weight")
-        inter = local.intermediate_size
-        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
-        targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
-        down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
-        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
+        if isinstance(mlp, SparseMoE):
+            targets.update(_moe_targets(model, mlp, p))
+        else:
+            inter = local.intermediate_size
+            targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
+            targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
+            down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
+            targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
         targets[f"{p}input_layernorm.weight"] = Target(layer.input_layernorm, "weight")
         targets[f"{p}post_attention_layernorm.weight"] = Target(layer.post_attention_layernorm, "weight")
+    return targets
+
+
+def _moe_targets(model: CausalLM, block: SparseMoE, prefix: str) -> dict[str, Target]:
+    """A MoE block's tensors (names per `MoEConfig.names`): the router, each expert's gate / up / down stacked
+    into `Experts.w13` / `w2`, and Qwen2-MoE's shared expert and its gate; sharded like the MLP's under TP."""
+    moe, local_moe, plan = model.cfg.moe, model.layer_cfg.moe, model.plan
+    assert moe is not None and local_moe is not None  # SparseMoE is built for MoE configs only
+    sharded, names, experts = model.tp.enabled, moe.names, block.experts
+    hidden, inter = model.cfg.hidden_size, experts.intermediate_size
+
+    def src(dim: int, start: int, full: int, length: int) -> SourceSlice | None:
+        return SourceSlice(dim, start, length, full) if sharded else None
+
+    up_src = src(0, plan.expert_intermediate_start, moe.intermediate_size, inter)
+    down_src = src(1, plan.expert_intermediate_start, moe.intermediate_size, inter)
+    p = f"{prefix}{names.block}."
+    targets = {f"{p}gate.weight": Target(block.gate, "weight")}
+    for e in range(moe.num_experts):
+        q = f"{p}experts.{e}."
+        targets[f"{q}{names.gate}.weight"] = Target(experts, "w13", 2 * inter * e, inter, up_src)
+        targets[f"{q}{names.up}.weight"] = Target(experts, "w13", 2 * inter * e + inter, inter, up_src)
+        targets[f"{q}{names.down}.weight"] = Target(experts, "w2", hidden * e, hidden, down_src)
+    if block.shared_expert is not None:
+        assert block.shared_expert_gate is not None  # built with the shared expert
+        shared, full = block.shared_expert, moe.shared_intermediate_size
+        rows = local_moe.shared_intermediate_size
+        shared_src = src(0, plan.shared_intermediate_start, full, rows)
+        targets[f"{p}shared_expert.gate_proj.weight"] = Target(shared.gate_up_proj, "weight", 0, rows, shared_src)
+        targets[f"{p}shared_expert.up_proj.weight"] = Target(shared.gate_up_proj, "weight", rows, rows, shared_src)
+        targets[f"{p}shared_expert.down_proj.weight"] = Target(
+            shared.down_proj, "weight", source=src(1, plan.shared_intermediate_start, full, rows))
+        targets[f"{p}shared_expert_gate.weight"] = Target(block.shared_expert_gate, "weight")
     return targets
 
 
