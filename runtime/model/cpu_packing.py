@@ -24,6 +24,8 @@ def finish_for_device(model: CausalLM, device: str) -> CausalLM:
         for m in model.modules():
             if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
                 m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
+            elif isinstance(m, Experts):
+                m.pack_for_cpu()  # the fused MoE kernel, fp32 or bf16 (with the "cpu" kernel set)
     if packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:

@@ -1,5 +1,6 @@
 """A MoE block's routed experts: every expert's gate/up and down weights stacked in one parameter each, run by the
-kernel set's `fused_moe` (routing, the active experts' MLPs and the weighted sum in one call)."""
+kernel set's `fused_moe` (routing, the active experts' MLPs and the weighted sum in one call), or, once packed for
+the CPU kernels (`Experts.pack_for_cpu`), by sprig's fused C kernel."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 from sprig.kernels.backend import KernelSet
+from sprig.kernels.cpu_moe import PackedExperts, cpu_fused_moe, cpu_moe_supports, pack_experts
 from sprig.runtime.model.moe_config import MoEConfig
 
 
@@ -25,12 +27,27 @@ class Experts(nn.Module):
         e, h, i = moe.num_experts, hidden_size, intermediate_size
         self.w13 = nn.Parameter(torch.empty(e * 2 * i, h, dtype=dtype), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(e * h, i, dtype=dtype), requires_grad=False)
+        self.packed: PackedExperts | None = None  # the weights laid out for the C kernel, see pack_for_cpu
 
     def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(w13 [E, 2I, H], w2 [E, H, I]): views of the parameters."""
         e, h, i = self.num_experts, self.hidden_size, self.intermediate_size
         return self.w13.view(e, 2 * i, h), self.w2.view(e, h, i)
 
+    def pack_for_cpu(self) -> bool:
+        """With the "cpu" kernel set, hold the weights only in the fused C kernel's layout where it takes them (bf16
+        or fp32); returns whether it does."""
+        w13, w2 = self.stacked()
+        if self.ops.name != "cpu" or not cpu_moe_supports(w13):
+            return False
+        self.packed = pack_experts(w13.detach(), w2.detach())
+        # Keep only the shapes (meta tensors) of the plain weights the packed ones replace.
+        self.w13 = nn.Parameter(torch.empty(self.w13.shape, dtype=w13.dtype, device="meta"), requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(self.w2.shape, dtype=w13.dtype, device="meta"), requires_grad=False)
+        return True
+
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return cpu_fused_moe(x, self.packed, router_logits, self.top_k, self.renormalize)
         w13, w2 = self.stacked()
         return self.ops.fused_moe(x, w13, w2, router_logits, self.top_k, self.renormalize)
