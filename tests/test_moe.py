@@ -3,6 +3,7 @@ and engine-level consistency. Logit and greedy parity with transformers is in te
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -17,6 +18,7 @@ from sprig.runtime.model.checkpoints import TINY_MOE_ARCHITECTURES, checkpoint_p
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import SparseMoE
 from sprig.runtime.model.loader import load_model
+from sprig.runtime.model.parallel import TPContext, check_divisible, local_config, shard_plan
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +119,26 @@ def test_batched_and_radix_cached_output_equals_each_request_alone(moe_paths, na
                                                              sampling_params=params)]
         assert engine.stats()["cached_tokens"] > 0
     assert together == alone
+
+
+def test_shard_plan_splits_every_expert_s_channels(moe_paths):
+    cfg = load_model_config(moe_paths["tiny-qwen2-moe"])  # experts 48, shared expert 80, dense MLP 128
+    plans = [shard_plan(cfg, TPContext(r, 2)) for r in range(2)]
+    assert [(p.expert_intermediate, p.expert_intermediate_start) for p in plans] == [(24, 0), (24, 24)]
+    assert [(p.shared_intermediate, p.shared_intermediate_start) for p in plans] == [(40, 0), (40, 40)]
+    local = local_config(cfg, plans[1])
+    assert local.moe is not None and (local.moe.intermediate_size, local.moe.shared_intermediate_size) == (24, 40)
+    with pytest.raises(ValueError, match="experts' MLP size"):
+        check_divisible(dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, intermediate_size=47)), 2)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2-moe", "tiny-mixtral"])
+def test_tp2_gives_the_greedy_tokens_of_tp1(moe_paths, name):
+    prompts = [p for p, _ in make_prompts(seed=1)[:4]]
+    greedy = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True}
+    options = {"num_threads": 1, "max_total_tokens": 4096, "dtype": "float32"}
+    with Engine(str(moe_paths[name]), **options) as engine:
+        ref = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=greedy)]
+    with Engine(str(moe_paths[name]), tp_size=2, **options) as engine:
+        got = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=greedy)]
+    assert got == ref
