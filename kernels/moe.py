@@ -3,6 +3,8 @@ SwiGLU MLP over the tokens routed to it, and sum the outputs weighted by the rou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -26,22 +28,31 @@ def group_by_expert(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, 
     return order, torch.bincount(flat, minlength=num_experts).tolist()
 
 
-def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor, top_k: int,
-              renormalize: bool) -> torch.Tensor:
-    """The MoE output [T, H] in x's dtype for x [T, H], expert weights w13 [E, 2I, H] (gate rows then up rows) and
-    w2 [E, H, I], router logits [T, E]: per active expert one gate_up product, SiLU-and-mul, one down product over
-    the tokens routed to it; the weighted outputs are summed in fp32 and rounded once."""
+def moe_loop(x: torch.Tensor, router_logits: torch.Tensor, top_k: int, renormalize: bool, num_experts: int,
+             expert: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The MoE output [T, H] in x's dtype: `expert(e, rows)` (expert e's MLP over the rows routed to it) once per
+    active expert, the outputs weighted by the routing weights and summed in fp32, rounded once."""
     weights, ids = route(router_logits, top_k, renormalize)
-    order, counts = group_by_expert(ids, w13.shape[0])
+    order, counts = group_by_expert(ids, num_experts)
     flat_weights = weights.reshape(-1)
-    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
+    out: torch.Tensor | None = None
     start = 0
-    for expert, count in enumerate(counts):
+    for e, count in enumerate(counts):
         if count == 0:
             continue
         slots = order[start : start + count]
         start += count
         tokens = slots // top_k
-        y = F.linear(silu_and_mul(F.linear(x[tokens], w13[expert])), w2[expert])
-        out.index_add_(0, tokens, y.float() * flat_weights[slots, None])
-    return out.to(x.dtype)
+        y = expert(e, x[tokens]).float() * flat_weights[slots, None]
+        out = torch.zeros(x.shape[0], y.shape[1], dtype=torch.float32, device=x.device) if out is None else out
+        out.index_add_(0, tokens, y)
+    return torch.zeros_like(x) if out is None else out.to(x.dtype)
+
+
+def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor, top_k: int,
+              renormalize: bool) -> torch.Tensor:
+    """The MoE output [T, H] in x's dtype for x [T, H], expert weights w13 [E, 2I, H] (gate rows then up rows) and
+    w2 [E, H, I], router logits [T, E]: per active expert one gate_up product, SiLU-and-mul, one down product over
+    the tokens routed to it; the weighted outputs are summed in fp32 and rounded once."""
+    return moe_loop(x, router_logits, top_k, renormalize, w13.shape[0],
+                    lambda e, rows: F.linear(silu_and_mul(F.linear(rows, w13[e])), w2[e]))

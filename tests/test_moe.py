@@ -14,11 +14,13 @@ import torch
 from sprig import Engine
 from sprig.kernels.moe import fused_moe, route
 from sprig.runtime.errors import CheckpointError
+from sprig.runtime.model.block_quant import BlockQuantLinear
 from sprig.runtime.model.checkpoints import TINY_MOE_ARCHITECTURES, checkpoint_path
 from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import SparseMoE
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.parallel import TPContext, check_divisible, local_config, shard_plan
+from sprig.runtime.model.quantization import Fp8Linear, Int8Linear
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +144,25 @@ def test_tp2_gives_the_greedy_tokens_of_tp1(moe_paths, name):
     with Engine(str(moe_paths[name]), tp_size=2, **options) as engine:
         got = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=greedy)]
     assert got == ref
+
+
+@pytest.mark.parametrize(("name", "quantization", "kind", "tol"), [
+    ("tiny-qwen2-moe", "int8", Int8Linear, 0.03), ("tiny-qwen2-moe", "fp8", Fp8Linear, 0.12),
+    ("tiny-qwen3-moe", "q8_0", BlockQuantLinear, 0.03), ("tiny-mixtral", "q4_0", BlockQuantLinear, 0.3),
+])
+def test_quantized_experts_run_per_expert_close_to_full_precision(moe_paths, name, quantization, kind, tol):
+    """Each expert's linears are quantized like the dense ones (int8, fp8, GGML blocks) and the block's output stays
+    within the format's error of the fp32 block's."""
+    path = moe_paths[name]
+    full = load_model(path, "float32", attention_backend="torch")
+    quant = load_model(path, "float32", quantization=quantization)
+    x = torch.randn(6, full.cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    blocks = [(a.mlp, b.mlp) for a, b in zip(full.layers, quant.layers, strict=True) if isinstance(a.mlp, SparseMoE)]
+    for ref, got in blocks:
+        assert got.experts.per_expert is not None
+        assert all(isinstance(p.gate_up_proj, kind) and isinstance(p.down_proj, kind) for p in got.experts.per_expert)
+        want, have = ref(x), got(x)
+        assert (have - want).norm() / want.norm() < tol
+    with Engine(str(path), dtype="float32", quantization=quantization, max_total_tokens=1024) as engine:
+        out = engine.generate(input_ids=[5, 6, 7, 8], sampling_params={"max_new_tokens": 4, "temperature": 0})
+    assert len(out["output_ids"]) >= 1

@@ -31,6 +31,7 @@ from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, Li
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
+from sprig.runtime.model.moe import ExpertMLP, unstack_experts
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -164,9 +165,15 @@ def _moe_targets(model: CausalLM, block: SparseMoE, prefix: str) -> dict[str, Ta
     targets = {f"{p}gate.weight": Target(block.gate, "weight")}
     for e in range(moe.num_experts):
         q = f"{p}experts.{e}."
-        targets[f"{q}{names.gate}.weight"] = Target(experts, "w13", 2 * inter * e, inter, up_src)
-        targets[f"{q}{names.up}.weight"] = Target(experts, "w13", 2 * inter * e + inter, inter, up_src)
-        targets[f"{q}{names.down}.weight"] = Target(experts, "w2", hidden * e, hidden, down_src)
+        pair = None if experts.per_expert is None else experts.per_expert[e]  # quantized: linears of its own
+        up: tuple[nn.Module, str] = (experts, "w13")
+        down: tuple[nn.Module, str] = (experts, "w2")
+        up_at, down_at = 2 * inter * e, hidden * e
+        if isinstance(pair, ExpertMLP):
+            (up, up_at), (down, down_at) = ((pair.gate_up_proj, "weight"), 0), ((pair.down_proj, "weight"), 0)
+        targets[f"{q}{names.gate}.weight"] = Target(*up, up_at, inter, up_src)
+        targets[f"{q}{names.up}.weight"] = Target(*up, up_at + inter, inter, up_src)
+        targets[f"{q}{names.down}.weight"] = Target(*down, down_at, hidden, down_src)
     if block.shared_expert is not None:
         assert block.shared_expert_gate is not None  # built with the shared expert
         shared, full = block.shared_expert, moe.shared_intermediate_size
@@ -303,6 +310,8 @@ def _build_empty_model(
         model = CausalLM(cfg, dtype, ops, tp, stage)
         if swap is not None:
             swap(model)
+        if quantization is not None or fp8 is not None:  # why: the swaps below replace per-expert linears too
+            unstack_experts(model, lambda n_in, n_out: Linear(n_in, n_out, False, dtype))
         if int4 is not None:
             use_int4_linears(model, dtype)
         elif quantization == "int8":
