@@ -134,14 +134,17 @@ def test_shard_plan_splits_every_expert_s_channels(moe_paths):
         check_divisible(dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, intermediate_size=47)), 2)
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen2-moe", "tiny-mixtral"])
-def test_tp2_gives_the_greedy_tokens_of_tp1(moe_paths, name):
+@pytest.mark.parametrize(("name", "split"), [("tiny-qwen2-moe", {"tp_size": 2}), ("tiny-mixtral", {"tp_size": 2}),
+                                             ("tiny-qwen3-moe", {"pp_size": 3})],
+                         ids=["tp2-qwen2-moe", "tp2-mixtral", "pp3-qwen3-moe"])
+def test_tensor_and_pipeline_parallel_give_the_greedy_tokens_of_one_process(moe_paths, name, split):
+    """Tensor parallelism splits every expert; a pipeline stage's layers keep their model-wide sparse/dense kind."""
     prompts = [p for p, _ in make_prompts(seed=1)[:4]]
     greedy = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True}
     options = {"num_threads": 1, "max_total_tokens": 4096, "dtype": "float32"}
     with Engine(str(moe_paths[name]), **options) as engine:
         ref = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=greedy)]
-    with Engine(str(moe_paths[name]), tp_size=2, **options) as engine:
+    with Engine(str(moe_paths[name]), **split, **options) as engine:
         got = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=greedy)]
     assert got == ref
 
