@@ -30,7 +30,7 @@ class RopeConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """One decoder family covers Llama, Mistral, Qwen2 and Qwen3; these fields select its variants."""
+    """One decoder family covers Llama, Mistral, Qwen2 and Qwen3 and their MoE kin; these fields select its variants."""
 
     architecture: str
     vocab_size: int

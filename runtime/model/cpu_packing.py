@@ -24,8 +24,9 @@ def finish_for_device(model: CausalLM, device: str) -> CausalLM:
         for m in model.modules():
             if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
                 m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
-            elif isinstance(m, Experts):
-                m.pack_for_cpu()  # the fused MoE kernel, fp32 or bf16 (with the "cpu" kernel set)
+        experts = [m for m in model.modules() if isinstance(m, Experts) and m.pack_for_cpu()]
+        if experts:  # the fused MoE kernel's layout (fp32 or bf16 experts, the "cpu" kernel set): one huge-page buffer
+            host_memory.pack_parameters(nn.ModuleList(experts))
     if packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:

@@ -1,6 +1,8 @@
-"""The decoder family behind Llama, Mistral, Qwen2 and Qwen3, configured by the HF config.
+"""The decoder family behind Llama, Mistral, Qwen2 and Qwen3 (and Mixtral, Qwen2-MoE and Qwen3-MoE), configured by the
+HF config.
 
-Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
+Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP, or, where
+`ModelConfig.moe` says, a sparse mixture-of-experts block (`SparseMoE`). q/k/v and
 gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
 """
 

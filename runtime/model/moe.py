@@ -64,6 +64,9 @@ class Experts(nn.Module):
         if self.ops.name != "cpu" or not cpu_moe_supports(w13):
             return False
         self.packed = pack_experts(w13.detach(), w2.detach())
+        # Buffers, so the loader moves them onto huge pages and counts them (`t.data` moves; `packed` sees it).
+        self.register_buffer("packed_w13", self.packed.w13, persistent=False)
+        self.register_buffer("packed_w2", self.packed.w2, persistent=False)
         # Keep only the shapes (meta tensors) of the plain weights the packed ones replace.
         self.w13 = nn.Parameter(torch.empty(self.w13.shape, dtype=w13.dtype, device="meta"), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(self.w2.shape, dtype=w13.dtype, device="meta"), requires_grad=False)
