@@ -17,7 +17,7 @@ from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BlockQuantLinear
 from sprig.runtime.model.checkpoints import TINY_MOE_ARCHITECTURES, checkpoint_path
 from sprig.runtime.model.config import load_model_config
-from sprig.runtime.model.decoder import SparseMoE
+from sprig.runtime.model.decoder import Linear, SparseMoE
 from sprig.runtime.model.loader import load_model
 from sprig.runtime.model.parallel import TPContext, check_divisible, local_config, shard_plan
 from sprig.runtime.model.quantization import Fp8Linear, Int8Linear
@@ -164,6 +164,7 @@ def test_quantized_experts_run_per_expert_close_to_full_precision(moe_paths, nam
     for ref, got in blocks:
         assert got.experts.per_expert is not None
         assert all(isinstance(p.gate_up_proj, kind) and isinstance(p.down_proj, kind) for p in got.experts.per_expert)
+        assert type(got.gate) is Linear and (got.shared_expert_gate is None or type(got.shared_expert_gate) is Linear)
         want, have = ref(x), got(x)
         assert (have - want).norm() / want.norm() < tol
     with Engine(str(path), dtype="float32", quantization=quantization, max_total_tokens=1024) as engine:

@@ -236,6 +236,14 @@ class SparseMoE(nn.Module):
         shared = dataclasses.replace(cfg, intermediate_size=moe.shared_intermediate_size)
         self.shared_expert = MLP(shared, dtype, ops, tp) if moe.has_shared_expert else None
         self.shared_expert_gate = Linear(cfg.hidden_size, 1, False, dtype) if moe.has_shared_expert else None
+        self.hidden_size, self.num_experts = cfg.hidden_size, moe.num_experts
+
+    def full_precision_gates(self, dtype: torch.dtype) -> None:
+        """The router and the shared expert's gate in the model dtype, also when the model's linears are quantized:
+        routing turns on small margins between experts' logits (vLLM and llama.cpp keep them unquantized too)."""
+        self.gate = Linear(self.hidden_size, self.num_experts, False, dtype)
+        if self.shared_expert_gate is not None:
+            self.shared_expert_gate = Linear(self.hidden_size, 1, False, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.experts(x, self.gate(x))

@@ -149,8 +149,7 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
 
 
 def _moe_targets(model: CausalLM, block: SparseMoE, prefix: str) -> dict[str, Target]:
-    """A MoE block's tensors (names per `MoEConfig.names`): the router, each expert's gate / up / down stacked
-    into `Experts.w13` / `w2`, and Qwen2-MoE's shared expert and its gate; sharded like the MLP's under TP."""
+    """A MoE block's tensors (`MoEConfig.names`): router, experts (stacked or unstacked), shared expert and gate."""
     moe, local_moe, plan = model.cfg.moe, model.layer_cfg.moe, model.plan
     assert moe is not None and local_moe is not None  # SparseMoE is built for MoE configs only
     sharded, names, experts = model.tp.enabled, moe.names, block.experts
@@ -320,6 +319,8 @@ def _build_empty_model(
             _fp8_linears(model, dtype, fp8)
         elif (qtype := block_quantization(quantization)) is not None:
             _block_quant_model(model, dtype, qtype)
+        for block in (m for m in model.modules() if isinstance(m, SparseMoE)):
+            block.full_precision_gates(dtype)  # why: routing stays unquantized, see SparseMoE.full_precision_gates
     model = model.to_empty(device=device)
     model.tie_lm_head()
     _tie_block_quant_head(model)
