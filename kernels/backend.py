@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from sprig.kernels import moe
+
 BACKENDS = ("torch", "triton", "cpu")
 
 
@@ -45,6 +47,7 @@ class KernelSet:
     silu_and_mul: Callable[..., torch.Tensor]
     apply_token_bitmask_: Callable[..., None]
     uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (shared-prefix groups)
+    fused_moe: Callable[..., torch.Tensor] = moe.fused_moe  # routing, experts and combine in one call
 
 
 def default_backend(device: torch.device | str | None = None) -> str:
@@ -142,12 +145,13 @@ def _triton_kernels() -> KernelSet:
     from sprig.kernels.triton_activation import silu_and_mul
     from sprig.kernels.triton_attention import paged_attention, store_kv
     from sprig.kernels.triton_bitmask import apply_token_bitmask_
+    from sprig.kernels.triton_moe import fused_moe
     from sprig.kernels.triton_norm import fused_add_rms_norm, rms_norm
     from sprig.kernels.triton_rope import apply_rotary_
 
     return KernelSet(
         "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, hadamard_rotate_,
-        silu_and_mul, apply_token_bitmask_,
+        silu_and_mul, apply_token_bitmask_, fused_moe=fused_moe,
     )  # fmt: skip
 
 

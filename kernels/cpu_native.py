@@ -69,6 +69,8 @@ SIGNATURES: dict[str, list] = {
     "bq_best_isa": [],
     "bq_linear": [_P, _I, _P, _I, ctypes.c_int, _P, _P] + [_I] * 3 + [ctypes.c_int] * 4,
     "bq_embedding": [_P, _P, _I, ctypes.c_int, _P] + [_I] * 3 + [ctypes.c_int] * 2,
+    # moe.c, wrapped by kernels/cpu_moe.py
+    "moe_fused": [_P, _P, _I, _I, _I, ctypes.c_int, _P, _P, _I, _I, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int],
     # graph.c, driven by runtime/model/cpu_graph.py
     "graph_kernel_id": [ctypes.c_char_p],
     "graph_call_size": [],

@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-_PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr"}  # float32 buffers whatever the activation dtype
-_PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr", "ids_ptr"}
+_PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr", "slot_weight_ptr"}  # float32 buffers whatever the activation dtype
+_PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr", "ids_ptr", "tile_expert_ptr"}
 _PTR_ARGS_U8 = {"raw_ptr"}  # GGML block-quantized weights, raw bytes
 _PTR_ARGS_I32 = {"lens_ptr", "seqs_ptr", "blocks_ptr", "mask_ptr"}
 _FLOAT_ARGS = {"eps", "sm_scale_log2"}
@@ -93,7 +93,14 @@ def _block_quant_configs(dtype: str) -> list[tuple[Any, dict, int]]:
 def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
     import triton.language as tl
 
-    from sprig.kernels import triton_activation, triton_attention, triton_bitmask, triton_norm, triton_rope
+    from sprig.kernels import (
+        triton_activation,
+        triton_attention,
+        triton_bitmask,
+        triton_moe,
+        triton_norm,
+        triton_rope,
+    )
 
     tl_dtype = {"fp16": tl.float16, "bf16": tl.bfloat16, "fp32": tl.float32}[dtype]
     prec = "ieee" if dtype == "fp32" else "tf32"
@@ -116,6 +123,9 @@ def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
         ),
         (triton_activation._silu_and_mul_kernel, dict(BLOCK=1024), 4),
         (triton_bitmask._bitmask_kernel, dict(BLOCK=4096), 4),
+        (triton_moe._expert_gemm_kernel, dict(ROW_DIV=2, APPLY_WEIGHT=True, BLOCK_M=triton_moe.BLOCK_M,
+                                              BLOCK_N=triton_moe.BLOCK_N, BLOCK_K=triton_moe.BLOCK_K,
+                                              DOT_PRECISION=prec), 4),
     ]
 
 

@@ -57,6 +57,10 @@ def make(name: str, tmp_path: Path, good: Path, tiny: Path) -> tuple[Path, str]:
         for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
             meta[key] = meta[key][:-10]
 
+    def experts(meta, tensors):
+        del tensors
+        meta["llama.expert_count"] = 8  # how llama.cpp files a Mixtral
+
     files = {
         "truncated": lambda: (broken(tmp_path, good, data[: len(data) * 2 // 3], "truncated.gguf"),
                       r"truncated GGUF file: tensor \S+ ends at byte \d+, the file has \d+"),
@@ -74,12 +78,14 @@ def make(name: str, tmp_path: Path, good: Path, tiny: Path) -> tuple[Path, str]:
                                  r"unsupported GGUF architecture 'gemma'; supported: llama, mistral, qwen2, qwen3"),
         "vocabulary": lambda: (write_tiny_gguf(tiny, tmp_path / "vocab.gguf", edit=short_vocab),
                        r"vocab.gguf: the tokenizer has 2090 tokens but token_embd.weight has 2100 rows"),
+        "experts": lambda: (write_tiny_gguf(tiny, tmp_path / "moe.gguf", edit=experts),
+                    r"moe.gguf: mixture-of-experts GGUF files are not supported yet"),
     }
     return files[name]()
 
 
 CASES = ["truncated", "cut in the header", "wrong magic", "corrupt key length", "unknown type id", "unsupported type",
-         "unknown architecture", "vocabulary"]
+         "unknown architecture", "vocabulary", "experts"]
 
 
 @pytest.mark.parametrize("case", CASES)

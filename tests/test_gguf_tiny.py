@@ -40,8 +40,9 @@ def test_f32_gguf_loads_the_same_model_as_the_folder(name, tiny_paths, tmp_path)
     path = write_tiny_gguf(folder, tmp_path / f"{name}.gguf")
     expected_cfg = checkpoint_config(folder)
     cfg = checkpoint_config(path)
-    same = {"rope", "architecture", "torch_dtype", "eos_token_ids"}
+    same = {"rope", "architecture", "torch_dtype", "eos_token_ids", "moe"}
     assert cfg.parts == expected_cfg.parts  # Llama's defaults on both sides
+    assert cfg.moe is None and expected_cfg.moe is None  # dense families only: MoE GGUF files are refused
     for field in dataclasses.fields(cfg):
         if field.name not in same | {"parts"}:
             assert getattr(cfg, field.name) == pytest.approx(getattr(expected_cfg, field.name), rel=1e-6), field.name

@@ -13,6 +13,7 @@ from sprig.runtime.model.checkpoints import (
     FAMILY_CHECKPOINTS,
     GEMMA_OLMO_CHECKPOINTS,
     TINY_ARCHITECTURES,
+    TINY_MOE_ARCHITECTURES,
     checkpoint_path,
 )
 from sprig.runtime.model.kv_pool import KVPool, PoolSize
@@ -22,7 +23,8 @@ from sprig.runtime.model.runner import ModelRunner, SeqInput
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module", params=[*TINY_ARCHITECTURES, *GEMMA_OLMO_CHECKPOINTS, *FAMILY_CHECKPOINTS])
+@pytest.fixture(scope="module", params=[*TINY_ARCHITECTURES, *TINY_MOE_ARCHITECTURES, *GEMMA_OLMO_CHECKPOINTS,
+                                                *FAMILY_CHECKPOINTS])
 def models(request):
     path = checkpoint_path(request.param)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -30,3 +30,4 @@ def test_every_kernel_compiles_for_sm(arch):
     compiled = {line.split()[1] for line in proc.stdout.splitlines()}
     assert {"_decode_split_kernel", "_extend_kernel", "_rms_norm_kernel", "_bitmask_kernel"} <= compiled
     assert {"_gemv_kernel", "_gemm_kernel", "_rows_kernel"} <= compiled  # GGML block-quant (triton_block_quant)
+    assert "_expert_gemm_kernel" in compiled  # the fused MoE (triton_moe)

@@ -26,6 +26,10 @@ int amx_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
                     int64_t n, int64_t k, int out_dtype, int nthreads);
 int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
                     int64_t n, int64_t k, int isa, int out_dtype, int nthreads);
+int vec_gemm_best_isa(void);
+// One work item of vec_linear_bf16: output panels [16 * GROUP * g, 16 * GROUP * (g + 1)), on the calling thread.
+void vec_linear_bf16_group(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                           int64_t n, int64_t k, int isa, int out_dtype, int64_t g);
 int int8_linear(const void *a, int64_t lda, const int8_t *w_packed, const int32_t *corr, const float *wscale,
                 const float *bias, void *out, int64_t m, int64_t n, int64_t k, int dtype, int out_dtype, int isa,
                 int nthreads);

@@ -195,6 +195,31 @@ static void group_pass(int isa, const uint16_t *a, int64_t k, int rows, const ui
     group_portable(a, k, rows, w, np, sums);
 }
 
+/* Output panels [g * GROUP, (g + 1) * GROUP) of out[M, N] = a[M, K] . w[N, K]^T (+ bias), on the calling thread:
+ * one work item of `vec_linear_bf16`, and of kernels that split the work themselves (moe.c). */
+void vec_linear_bf16_group(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
+                           int64_t n, int64_t k, int isa, int out_dtype, int64_t g) {
+    float sums[ROWS * GROUP * PANEL] __attribute__((aligned(64)));
+    const int64_t panels = (n + PANEL - 1) / PANEL, p0 = g * GROUP;
+    const int np = panels - p0 < GROUP ? (int)(panels - p0) : GROUP;
+    const uint16_t *w = w_packed + p0 * k * PANEL;
+    for (int64_t r = 0; r < m; r += ROWS) {
+        const int rows = m - r < ROWS ? (int)(m - r) : ROWS;
+        group_pass(isa, a + r * k, k, rows, w, np, sums);
+        for (int i = 0; i < rows; i++)
+            for (int p = 0; p < np; p++) {
+                const int64_t col = (p0 + p) * PANEL, at = (r + i) * n + col;
+                const float *s = sums + (i * GROUP + p) * PANEL;
+                const uint16_t *b = bias ? bias + col : NULL;
+                const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
+                if (out_dtype == 0)
+                    store_panel_f32((float *)out + at, s, b, cols);
+                else
+                    store_panel_bf16((uint16_t *)out + at, s, b, cols);
+            }
+    }
+}
+
 int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t *bias, void *out, int64_t m,
                     int64_t n, int64_t k, int isa, int out_dtype, int nthreads) {
     if (m <= 0 || n <= 0 || k % 2 != 0 || isa < 0 || isa > vec_gemm_best_isa() || (out_dtype != 0 && out_dtype != 1))
@@ -203,26 +228,6 @@ int vec_linear_bf16(const uint16_t *a, const uint16_t *w_packed, const uint16_t 
     /* Few groups (a small layer) are not worth waking a second thread for. */
     const int threads = groups < 2 * nthreads ? 1 : nthreads;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t g = 0; g < groups; g++) {
-        float sums[ROWS * GROUP * PANEL] __attribute__((aligned(64)));
-        const int64_t p0 = g * GROUP;
-        const int np = panels - p0 < GROUP ? (int)(panels - p0) : GROUP;
-        const uint16_t *w = w_packed + p0 * k * PANEL;
-        for (int64_t r = 0; r < m; r += ROWS) {
-            const int rows = m - r < ROWS ? (int)(m - r) : ROWS;
-            group_pass(isa, a + r * k, k, rows, w, np, sums);
-            for (int i = 0; i < rows; i++)
-                for (int p = 0; p < np; p++) {
-                    const int64_t col = (p0 + p) * PANEL, at = (r + i) * n + col;
-                    const float *s = sums + (i * GROUP + p) * PANEL;
-                    const uint16_t *b = bias ? bias + col : NULL;
-                    const int cols = n - col < PANEL ? (int)(n - col) : PANEL;
-                    if (out_dtype == 0)
-                        store_panel_f32((float *)out + at, s, b, cols);
-                    else
-                        store_panel_bf16((uint16_t *)out + at, s, b, cols);
-                }
-        }
-    }
+    for (int64_t g = 0; g < groups; g++) vec_linear_bf16_group(a, w_packed, bias, out, m, n, k, isa, out_dtype, g);
     return 0;
 }

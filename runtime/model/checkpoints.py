@@ -79,6 +79,20 @@ RECIPES: dict[str, CheckpointRecipe] = {
     "tiny-qwen3": CheckpointRecipe("tiny-qwen3", "Qwen3ForCausalLM", num_heads=4, num_kv_heads=4, head_dim=32, seed=3,
                                    extra_config=(("rope_parameters", {"rope_type": "linear", "rope_theta": 1e6,
                                                                       "factor": 2.0}),)),
+    # MoE: experts smaller than the dense MLP, dense layers between sparse ones, top-k of 2-3 with and without
+    # renormalization, Qwen2-MoE's shared expert (routers and experts get random weights like every linear).
+    "tiny-mixtral": CheckpointRecipe("tiny-mixtral", "MixtralForCausalLM", intermediate_size=96, seed=4,
+                                     extra_config=(("num_local_experts", 4), ("num_experts_per_tok", 2),
+                                                   ("sliding_window", None))),
+    "tiny-qwen2-moe": CheckpointRecipe("tiny-qwen2-moe", "Qwen2MoeForCausalLM", num_layers=3, seed=5,
+                                       extra_config=(("num_experts", 6), ("num_experts_per_tok", 2),
+                                                     ("moe_intermediate_size", 48),
+                                                     ("shared_expert_intermediate_size", 80),
+                                                     ("norm_topk_prob", False), ("mlp_only_layers", [1]))),
+    "tiny-qwen3-moe": CheckpointRecipe("tiny-qwen3-moe", "Qwen3MoeForCausalLM", num_layers=4, head_dim=32, seed=6,
+                                       extra_config=(("num_experts", 8), ("num_experts_per_tok", 3),
+                                                     ("moe_intermediate_size", 32), ("norm_topk_prob", True),
+                                                     ("decoder_sparse_step", 2))),
     "demo": CheckpointRecipe("demo", "LlamaForCausalLM", tokenizer_vocab=4096, hidden_size=256, num_layers=4,
                              num_heads=8, num_kv_heads=2, intermediate_size=704, max_position_embeddings=4096,
                              tie_word_embeddings=True, initializer_range=0.1, seed=7),
@@ -153,6 +167,7 @@ FAMILY_RECIPES: dict[str, CheckpointRecipe] = {
 }
 RECIPES.update(FAMILY_RECIPES)
 FAMILY_CHECKPOINTS = list(FAMILY_RECIPES)
+TINY_MOE_ARCHITECTURES = ["tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe"]
 
 
 def cache_dir() -> Path:

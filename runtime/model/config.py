@@ -18,11 +18,12 @@ from sprig.runtime.model.families import (
     qkv_bias,
     text_config,
 )
+from sprig.runtime.model.moe_config import MOE_ARCHITECTURES, MoEConfig, moe_from_hf
 
 logger = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           *FAMILY_ARCHITECTURES)
+                           *FAMILY_ARCHITECTURES, *MOE_ARCHITECTURES)
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors",  # freq_factors: GGUF's rope_freqs
               "longrope")  # longrope: Phi-3's short and long factors ("su" in older configs)
 
@@ -57,6 +58,7 @@ class ModelConfig:
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
     context_length: int  # the longest sequence sprig serves (a sliding window caps it)
+    moe: MoEConfig | None = None  # Mixtral, Qwen2-MoE, Qwen3-MoE: experts in place of the MLP in some layers
     parts: LayerParts = LayerParts()  # the family's norms, MLP, residual wiring, rope, windows and multipliers
 
     @property
@@ -149,13 +151,14 @@ def load_model_config(folder: str | Path) -> ModelConfig:
             max_position_embeddings=max_pos,
             rope=_rope_from_hf(global_rope_raw(raw)),
             attention_bias=qkv_bias(arch, raw),
-            qk_norm=arch in ("Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM",
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Olmo2ForCausalLM", "Gemma3ForCausalLM",
                              "Gemma3ForConditionalGeneration"),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
             eos_token_ids=_eos_ids(raw, folder),
             context_length=context,
             parts=parts,
+            moe=moe_from_hf(raw, arch),
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks required field {e.args[0]!r}") from None

@@ -14,6 +14,7 @@ from sprig.runtime.model import host_memory
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.linear import Linear, LinearKernel, can_pack_for_onednn
+from sprig.runtime.model.moe import Experts
 from sprig.runtime.model.quantization import Fp8Linear, Int8Linear
 
 
@@ -24,6 +25,9 @@ def finish_for_device(model: CausalLM, device: str) -> CausalLM:
         for m in model.modules():
             if isinstance(m, BlockQuantLinear | BlockQuantEmbedding):
                 m.pack_for_cpu()  # the C kernels read the blocks as they are: nothing to re-lay out
+        experts = [m for m in model.modules() if isinstance(m, Experts) and m.pack_for_cpu()]
+        if experts:  # the fused MoE kernel's layout (fp32 or bf16 experts, the "cpu" kernel set): one huge-page buffer
+            host_memory.pack_parameters(nn.ModuleList(experts))
     if packs_linears(model, device):
         linears = [m for m in model.modules() if isinstance(m, Linear)]
         for m in linears:
@@ -81,7 +85,13 @@ def _graph_blocker(model: CausalLM) -> str | None:
     labels = {_linear_label(m) for m in model.modules()
               if isinstance(m, Linear | Int8Linear | Fp8Linear | BlockQuantLinear)
               and not _in_c(m)}
-    return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})" if labels else None
+    if labels:
+        return f"linears run in torch ({', '.join(sorted(str(x) for x in labels))})"
+    return "MoE experts run eagerly (their routing is data-dependent)" if _has_experts(model) else None
+
+
+def _has_experts(model: CausalLM) -> bool:
+    return any(isinstance(m, Experts) for m in model.modules())
 
 
 def _describe_linears(model: CausalLM) -> str:

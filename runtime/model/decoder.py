@@ -1,7 +1,8 @@
 """The one decoder behind every supported family (Llama, Mistral, Qwen2/3, Gemma 1-3, OLMo-2, Phi-3, Granite,
-GPT-NeoX, StableLM), configured by the HF config.
+GPT-NeoX, StableLM, and the MoE ones: Mixtral, Qwen2-MoE, Qwen3-MoE), configured by the HF config.
 
-Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP. q/k/v and
+Pre-norm decoder layers with GQA attention over the paged KV pool, rotary embeddings and a SwiGLU MLP, or, where
+`ModelConfig.moe` says, a sparse mixture-of-experts block (`SparseMoE`). q/k/v and
 gate/up projections are fused (one matmul each) and filled slice by slice from the checkpoint's separate tensors.
 `ModelConfig.parts` (`families.py`) selects the other families' variants: LayerNorm, norms after attention and MLP,
 (1 + w) norms in fp32, GeGLU or a plain GELU MLP, parallel residuals, partial rotary, biases, scaled embeddings,
@@ -10,6 +11,7 @@ soft-capped scores and logits, per-layer sliding windows and rope tables, and Gr
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +26,7 @@ from sprig.kernels.norm import rms_norm_fp32_scale
 from sprig.runtime.model.config import ModelConfig, RopeConfig
 from sprig.runtime.model.families import Activation, NormKind, Residual
 from sprig.runtime.model.linear import Linear
+from sprig.runtime.model.moe import Experts
 from sprig.runtime.model.parallel import StageRange, TPContext, local_config, shard_plan, whole_model
 from sprig.runtime.model.rope import rope_cos_sin_cache
 
@@ -185,6 +188,41 @@ class MLP(nn.Module):
         return F.gelu(h, approximate="tanh" if self.activation is Activation.GELU_TANH else "none")
 
 
+class SparseMoE(nn.Module):
+    """Mixtral / Qwen-MoE's block in place of the MLP: a router (`gate`) picks each token's experts; Qwen2-MoE adds
+    a shared expert every token runs, scaled by sigmoid(shared_expert_gate(x)). One all-reduce sums the ranks' parts
+    (each holds a slice of every expert's intermediate channels)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext) -> None:
+        super().__init__()
+        assert cfg.moe is not None  # DecoderLayer builds this block for MoE configs only
+        moe = cfg.moe
+        self.ops = ops
+        self.tp = tp
+        self.gate = Linear(cfg.hidden_size, moe.num_experts, False, dtype)
+        self.experts = Experts(moe, cfg.hidden_size, moe.intermediate_size, dtype, ops)
+        shared = dataclasses.replace(cfg, intermediate_size=moe.shared_intermediate_size)
+        self.shared_expert = MLP(shared, dtype, ops, tp) if moe.has_shared_expert else None
+        self.shared_expert_gate = Linear(cfg.hidden_size, 1, False, dtype) if moe.has_shared_expert else None
+        self.hidden_size, self.num_experts = cfg.hidden_size, moe.num_experts
+
+    def full_precision_gates(self, dtype: torch.dtype) -> None:
+        """The router and the shared expert's gate in the model dtype, also when the model's linears are quantized:
+        routing turns on small margins between experts' logits (vLLM and llama.cpp keep them unquantized too)."""
+        self.gate = Linear(self.hidden_size, self.num_experts, False, dtype)
+        if self.shared_expert_gate is not None:
+            self.shared_expert_gate = Linear(self.hidden_size, 1, False, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.experts(x, self.gate(x))
+        if self.shared_expert is not None:
+            assert self.shared_expert_gate is not None  # built with the shared expert
+            mlp = self.shared_expert  # its parts, not its forward: the block all-reduces once
+            shared = mlp.down_proj(self.ops.silu_and_mul(mlp.gate_up_proj(x)))
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * shared
+        return self.tp.all_reduce(out)
+
+
 class DecoderLayer(nn.Module):
     """Norms where `cfg.parts.norms` puts them: `input_layernorm` before attention and `post_attention_layernorm`
     before the MLP (pre-norms, Llama's names), `attn_out_norm` / `mlp_out_norm` on their outputs (post-norms)."""
@@ -192,7 +230,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: KernelSet, tp: TPContext, layer: int = 0) -> None:
         super().__init__()
         self.self_attn = Attention(cfg, dtype, ops, tp, layer)
-        self.mlp = MLP(cfg, dtype, ops, tp)
+        sparse = cfg.moe is not None and layer in cfg.moe.sparse_layers  # layer: its place in the whole model
+        self.mlp: MLP | SparseMoE = SparseMoE(cfg, dtype, ops, tp) if sparse else MLP(cfg, dtype, ops, tp)
         placement = cfg.parts.norms
         self.residual = cfg.parts.residual
         shared = self.residual is Residual.PARALLEL_SHARED_NORM  # why: its MLP reads input_layernorm's output

@@ -161,11 +161,11 @@ def _gemma_parts(arch: str, raw: dict[str, Any], hidden: int, num_layers: int) -
 
 
 def qkv_bias(arch: str, raw: dict[str, Any]) -> bool:
-    """Whether q/k/v carry biases: Qwen2 and GPT-NeoX by default, StableLM by `use_qkv_bias`."""
+    """Whether q/k/v carry biases: Qwen2, Qwen2-MoE and GPT-NeoX by default, StableLM by `use_qkv_bias`."""
     if arch == "StableLmForCausalLM":
         return bool(raw.get("use_qkv_bias", False))
-    default = arch in ("Qwen2ForCausalLM", "GPTNeoXForCausalLM")
-    return bool(raw.get("attention_bias", default))
+    default = arch in ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "GPTNeoXForCausalLM")
+    return bool(raw.get("attention_bias", raw.get("qkv_bias", default)))
 
 
 def norm_eps(arch: str, raw: dict[str, Any]) -> float:

@@ -25,6 +25,9 @@ def gguf_model_config(gguf: GGUFFile) -> ModelConfig:
     if gguf.arch not in GGUF_ARCHITECTURES:
         raise CheckpointError(f"unsupported GGUF architecture {gguf.arch!r}; supported: "
                               f"{', '.join(GGUF_ARCHITECTURES)}")
+    if gguf.arch_get("expert_count"):  # llama.cpp files Mixtral under "llama"
+        raise CheckpointError(f"{gguf.path.name}: mixture-of-experts GGUF files are not supported yet; load the "
+                              "safetensors checkpoint")
     try:
         return _config(gguf)
     except (TypeError, ValueError) as e:

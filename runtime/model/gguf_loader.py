@@ -26,7 +26,7 @@ from sprig.kernels.ggml_quants import GGMLType, dequantize
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.block_quant import BlockQuantEmbedding, BlockQuantLinear, RawRows, checkpoint_type
 from sprig.runtime.model.config import ModelConfig
-from sprig.runtime.model.decoder import CausalLM, DecoderLayer
+from sprig.runtime.model.decoder import MLP, CausalLM, DecoderLayer
 from sprig.runtime.model.families import NormPlacement
 from sprig.runtime.model.gguf_config import gguf_model_config
 from sprig.runtime.model.gguf_file import GGUFFile, GGUFTensor, open_gguf
@@ -83,6 +83,7 @@ def gguf_targets(model: CausalLM, arch: str) -> dict[str, GGUFTarget]:
             assert attn.q_norm is not None and attn.k_norm is not None  # built when qk_norm is set
             targets[f"{p}attn_q_norm.weight"] = GGUFTarget(attn.q_norm, "weight")
             targets[f"{p}attn_k_norm.weight"] = GGUFTarget(attn.k_norm, "weight")
+        assert isinstance(mlp, MLP)  # GGUF files of MoE architectures are refused at load
         targets[f"{p}ffn_gate.weight"] = GGUFTarget(mlp.gate_up_proj, "weight", 0, inter)
         targets[f"{p}ffn_up.weight"] = GGUFTarget(mlp.gate_up_proj, "weight", inter, inter)
         targets[f"{p}ffn_down.weight"] = GGUFTarget(mlp.down_proj, "weight")

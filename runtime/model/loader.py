@@ -1,5 +1,8 @@
 """Load a Hugging Face checkpoint folder into a `CausalLM`, tensor by tensor through safetensors' memory map, or a
-GGUF file (`gguf_loader.py` maps its tensors)."""
+GGUF file (`gguf_loader.py` maps its tensors).
+
+Longer than 450 lines: every checkpoint tensor's target (dense, MoE experts, the families' names and fused tensors,
+fp8 scales, AWQ / GPTQ parts) is decided here, next to the one read loop that fills them."""
 
 from __future__ import annotations
 
@@ -27,13 +30,14 @@ from sprig.runtime.model.block_quant import (
 )
 from sprig.runtime.model.config import ModelConfig, load_model_config
 from sprig.runtime.model.cpu_packing import finish_for_device, packs_linears
-from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer
+from sprig.runtime.model.decoder import LOGITS_DTYPE, CausalLM, DecoderLayer, SparseMoE
 from sprig.runtime.model.families import UNSPLIT_ARCHITECTURES, NormPlacement, text_tensor_name
 from sprig.runtime.model.family_tensors import checkpoint_layout
 from sprig.runtime.model.gguf_file import GGUFFile, is_gguf_path
 from sprig.runtime.model.gguf_loader import check_gguf, fill_from_gguf, use_block_quant
 from sprig.runtime.model.int4_checkpoints import Int4Format, Int4Loader, use_int4_linears
 from sprig.runtime.model.linear import Linear
+from sprig.runtime.model.moe import ExpertMLP, unstack_experts
 from sprig.runtime.model.parallel import StageRange, TPContext
 from sprig.runtime.model.quantization import (
     FP8,
@@ -146,15 +150,56 @@ def _plain_targets(model: CausalLM) -> dict[str, Target]:
             assert attn.q_norm is not None and attn.k_norm is not None  # built when qk_norm is set
             targets[f"{p}self_attn.q_norm.weight"] = Target(attn.q_norm, "weight")
             targets[f"{p}self_attn.k_norm.weight"] = Target(attn.k_norm, "weight")
-        inter = local.intermediate_size
-        targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
-        targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
-        down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
-        targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
+        if isinstance(mlp, SparseMoE):
+            targets.update(_moe_targets(model, mlp, p))
+        else:
+            inter = local.intermediate_size
+            targets[f"{p}mlp.gate_proj.weight"] = Target(mlp.gate_up_proj, "weight", 0, inter, mlp_src)
+            targets[f"{p}mlp.up_proj.weight"] = Target(mlp.gate_up_proj, "weight", inter, inter, mlp_src)
+            down_src = src(1, plan.intermediate_start, inter, cfg.intermediate_size)
+            targets[f"{p}mlp.down_proj.weight"] = Target(mlp.down_proj, "weight", source=down_src)
         for hf_name, attr in LAYER_NORMS[cfg.parts.norms].items():
             norm = getattr(layer, attr)
             if norm is not None:  # why: StableLM's parallel layers share input_layernorm
                 targets[f"{p}{hf_name}.weight"] = Target(norm, "weight")
+    return targets
+
+
+def _moe_targets(model: CausalLM, block: SparseMoE, prefix: str) -> dict[str, Target]:
+    """A MoE block's tensors (`MoEConfig.names`): router, experts (stacked or unstacked), shared expert and gate."""
+    moe, local_moe, plan = model.cfg.moe, model.layer_cfg.moe, model.plan
+    assert moe is not None and local_moe is not None  # SparseMoE is built for MoE configs only
+    sharded, names, experts = model.tp.enabled, moe.names, block.experts
+    hidden, inter = model.cfg.hidden_size, experts.intermediate_size
+
+    def src(dim: int, start: int, full: int, length: int) -> SourceSlice | None:
+        return SourceSlice(dim, start, length, full) if sharded else None
+
+    up_src = src(0, plan.expert_intermediate_start, moe.intermediate_size, inter)
+    down_src = src(1, plan.expert_intermediate_start, moe.intermediate_size, inter)
+    p = f"{prefix}{names.block}."
+    targets = {f"{p}gate.weight": Target(block.gate, "weight")}
+    for e in range(moe.num_experts):
+        q = f"{p}experts.{e}."
+        pair = None if experts.per_expert is None else experts.per_expert[e]  # quantized: linears of its own
+        up: tuple[nn.Module, str] = (experts, "w13")
+        down: tuple[nn.Module, str] = (experts, "w2")
+        up_at, down_at = 2 * inter * e, hidden * e
+        if isinstance(pair, ExpertMLP):
+            (up, up_at), (down, down_at) = ((pair.gate_up_proj, "weight"), 0), ((pair.down_proj, "weight"), 0)
+        targets[f"{q}{names.gate}.weight"] = Target(*up, up_at, inter, up_src)
+        targets[f"{q}{names.up}.weight"] = Target(*up, up_at + inter, inter, up_src)
+        targets[f"{q}{names.down}.weight"] = Target(*down, down_at, hidden, down_src)
+    if block.shared_expert is not None:
+        assert block.shared_expert_gate is not None  # built with the shared expert
+        shared, full = block.shared_expert, moe.shared_intermediate_size
+        rows = local_moe.shared_intermediate_size
+        shared_src = src(0, plan.shared_intermediate_start, full, rows)
+        targets[f"{p}shared_expert.gate_proj.weight"] = Target(shared.gate_up_proj, "weight", 0, rows, shared_src)
+        targets[f"{p}shared_expert.up_proj.weight"] = Target(shared.gate_up_proj, "weight", rows, rows, shared_src)
+        targets[f"{p}shared_expert.down_proj.weight"] = Target(
+            shared.down_proj, "weight", source=src(1, plan.shared_intermediate_start, full, rows))
+        targets[f"{p}shared_expert_gate.weight"] = Target(block.shared_expert_gate, "weight")
     return targets
 
 
@@ -299,6 +344,8 @@ def _build_empty_model(
         model = CausalLM(cfg, dtype, ops, tp, stage)
         if swap is not None:
             swap(model)
+        if quantization is not None or fp8 is not None:  # why: the swaps below replace per-expert linears too
+            unstack_experts(model, lambda n_in, n_out: Linear(n_in, n_out, False, dtype))
         if int4 is not None:
             use_int4_linears(model, dtype)
         elif quantization == "int8":
@@ -307,6 +354,8 @@ def _build_empty_model(
             _fp8_linears(model, dtype, fp8)
         elif (qtype := block_quantization(quantization)) is not None:
             _block_quant_model(model, dtype, qtype)
+        for block in (m for m in model.modules() if isinstance(m, SparseMoE)):
+            block.full_precision_gates(dtype)  # why: routing stays unquantized, see SparseMoE.full_precision_gates
     model = model.to_empty(device=device)
     model.tie_lm_head()
     _tie_block_quant_head(model)

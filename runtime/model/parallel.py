@@ -83,6 +83,10 @@ class ShardPlan:
     vocab_rows: int  # rows of the embedding and LM head on this rank (the vocabulary is padded to a multiple)
     vocab_start: int
     vocab_real: int  # rows of this rank's slice that exist in the checkpoint (the rest are zero padding)
+    expert_intermediate: int = 0  # MoE: each expert's channels on this rank
+    expert_intermediate_start: int = 0
+    shared_intermediate: int = 0  # Qwen2-MoE's shared expert's channels on this rank
+    shared_intermediate_start: int = 0
 
     @property
     def whole(self) -> bool:
@@ -103,6 +107,11 @@ def check_divisible(cfg: ModelConfig, size: int) -> None:
     if size > 1 and cfg.parts.qk_norm_across_heads:
         raise ValueError(f"{cfg.architecture} with tensor parallelism is not supported yet (its q/k norms span "
                          "every head); use --tp-size 1")
+    if cfg.moe is not None and cfg.moe.intermediate_size % size:
+        raise ValueError(f"tp_size {size} must divide the experts' MLP size ({cfg.moe.intermediate_size})")
+    if cfg.moe is not None and cfg.moe.shared_intermediate_size % size:
+        raise ValueError(f"tp_size {size} must divide the shared expert's MLP size "
+                         f"({cfg.moe.shared_intermediate_size})")
 
 
 def shard_plan(cfg: ModelConfig, tp: TPContext) -> ShardPlan:
@@ -118,15 +127,20 @@ def shard_plan(cfg: ModelConfig, tp: TPContext) -> ShardPlan:
     vocab_rows = -(-cfg.vocab_size // n)
     vocab_start = r * vocab_rows
     vocab_real = max(0, min(cfg.vocab_size - vocab_start, vocab_rows))
-    return ShardPlan(heads, r * heads, kv_heads, kv_start, inter, r * inter, vocab_rows, vocab_start, vocab_real)
+    expert = cfg.moe.intermediate_size // n if cfg.moe is not None else 0
+    shared = cfg.moe.shared_intermediate_size // n if cfg.moe is not None else 0
+    return ShardPlan(heads, r * heads, kv_heads, kv_start, inter, r * inter, vocab_rows, vocab_start, vocab_real,
+                     expert, r * expert, shared, r * shared)
 
 
 def local_config(cfg: ModelConfig, plan: ShardPlan, stage: StageRange | None = None) -> ModelConfig:
     """The config one rank's decoder layers and KV pool see: its heads, KV heads and MLP channels, and (for a
     pipeline stage) its number of layers, so the pool holds K/V for those layers only."""
     layers = cfg.num_layers if stage is None else stage.count
+    moe = cfg.moe if cfg.moe is None else dataclasses.replace(
+        cfg.moe, intermediate_size=plan.expert_intermediate, shared_intermediate_size=plan.shared_intermediate)
     return dataclasses.replace(cfg, num_heads=plan.heads, num_kv_heads=plan.kv_heads,
-                               intermediate_size=plan.intermediate, num_layers=layers)
+                               intermediate_size=plan.intermediate, num_layers=layers, moe=moe)
 
 
 @dataclass(frozen=True)
