@@ -6,10 +6,13 @@ import torch
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS-normalize the last dim in float32, then scale in the input dtype (the transformers order)."""
+    """RMS-normalize the last dim and scale by `weight` in float32, rounding once to the output dtype.
+
+    transformers rounds the normalized row to x's dtype before the scale (two bf16 roundings); one rounding keeps
+    bf16 closer to fp32, and fp32 is unchanged. The output dtype is the promotion of (weight, x)."""
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    return (x32 * weight.float()).to(torch.result_type(weight, x))
 
 
 def fused_add_rms_norm(

@@ -111,7 +111,7 @@ def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
         ),
         (
             triton_rope._rope_kernel,
-            dict(X_DTYPE=tl_dtype, BLOCK_HQ=64, BLOCK_HK=8, BLOCK_HALF=head_dim // 2),
+            dict(BLOCK_HQ=64, BLOCK_HK=8, BLOCK_HALF=head_dim // 2),
             4,
         ),
         (triton_activation._silu_and_mul_kernel, dict(BLOCK=1024), 4),

@@ -1,7 +1,7 @@
 """RMSNorm, alone and fused with the residual add (Triton twins of `kernels/norm.py`).
 
-One program normalizes one row. The order of operations matches the torch reference: normalize in float32,
-cast to the input dtype, then multiply by the weight in the promoted dtype of (weight, input).
+One program normalizes one row. The order of operations matches the torch reference: normalize and scale by the
+weight in float32, then round once to the promoted dtype of (weight, input).
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ def _rms_norm_kernel(
         tl.store(new_res_ptr + row * new_res_stride + cols, x, mask=valid)
     x32 = x.to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
-    normed = (x32 * inv_rms).to(IN_DTYPE).to(OUT_DTYPE)
-    w = tl.load(w_ptr + cols, mask=valid, other=0.0).to(OUT_DTYPE)
-    tl.store(out_ptr + row * out_stride + cols, w * normed, mask=valid)
+    w = tl.load(w_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + cols, (x32 * inv_rms * w).to(OUT_DTYPE), mask=valid)
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -76,7 +75,7 @@ def _launch(
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS-normalize the last dim of x in float32, cast back to x's dtype, then scale by `weight`."""
+    """RMS-normalize the last dim of x and scale by `weight` in float32, rounding once to the output dtype."""
     return _launch(x, None, weight, eps)[0]
 
 
