@@ -15,9 +15,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (x32 * weight.float()).to(torch.result_type(weight, x))
 
 
+def residual_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The residual stream's dtype for activations of `dtype`: at least float32 (bf16/fp16 sums lose the small
+    updates of later layers; fp32 halves SmolLM2-135M's bf16 logit error against fp32)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_norm(x + residual), x + residual): the pre-norm decoder's add-then-normalize step."""
-    residual = x + residual
-    return rms_norm(residual, weight, eps), residual
+    """Return (rms_norm(x + residual), x + residual): the pre-norm decoder's add-then-normalize step.
+
+    The sum is in `residual_dtype` (float32 for bf16/fp16 x; `residual` may be x's dtype or that one); the
+    normalized row is in x's dtype (promoted with the weight's)."""
+    summed = x.to(residual_dtype(x.dtype)) + residual
+    return rms_norm(summed, weight, eps).to(torch.result_type(weight, x)), summed

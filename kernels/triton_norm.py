@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sprig.kernels.norm import residual_dtype
 from sprig.kernels.triton_utils import TORCH_TO_TL, row_num_warps
 
 
@@ -37,7 +38,7 @@ def _rms_norm_kernel(
     x = tl.load(x_ptr + row * x_stride + cols, mask=valid, other=0.0)
     if FUSE_ADD:
         r = tl.load(res_ptr + row * res_stride + cols, mask=valid, other=0.0)
-        x = (x.to(IN_DTYPE) + r.to(IN_DTYPE)).to(IN_DTYPE)  # the add rounds in the input dtype, like torch
+        x = x.to(IN_DTYPE) + r.to(IN_DTYPE)  # the residual stream's dtype (fp32 for bf16/fp16), like torch
         tl.store(new_res_ptr + row * new_res_stride + cols, x, mask=valid)
     x32 = x.to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
@@ -56,8 +57,8 @@ def _launch(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the row kernel; returns (normed, new residual or None) shaped like x."""
     hidden = x.shape[-1]
-    in_dtype = x.dtype if residual is None else torch.result_type(x, residual)
-    out_dtype = torch.result_type(weight, torch.empty(0, dtype=in_dtype))
+    in_dtype = x.dtype if residual is None else residual_dtype(x.dtype)
+    out_dtype = torch.result_type(weight, x)
     x2 = _as_rows(x)
     out = torch.empty(x2.shape, dtype=out_dtype, device=x.device)
     res2 = _as_rows(residual) if residual is not None else x2
@@ -82,7 +83,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_norm(x + residual), x + residual) in one pass over memory."""
+    """Return (rms_norm(x + residual), x + residual in `residual_dtype`) in one pass over memory."""
     normed, new_residual = _launch(x, residual, weight, eps)
     assert new_residual is not None
     return normed, new_residual

@@ -182,59 +182,67 @@ static float sum_squares(const char *p, int64_t n, int dtype, size_t es) {
     return total;
 }
 
-// One row of n: s = x (+ r, rounded; written to sum_out), then out = round(s * rsqrt(mean(s^2) + eps) * w), the
-// normalize and the scale in fp32 with one rounding at the end (kernels/norm.py).
-static inline __attribute__((always_inline)) void norm_row(const void *x, const void *r, void *sum_out, void *out,
-                                                           const void *w, int64_t n, float eps, const int dtype) {
-    const size_t es = dtype == 0 ? 4 : 2;
-    const void *s = r ? sum_out : x;  // the fused add leaves its rounded sums in sum_out for the later passes
+// One row of n: s = x (+ r, summed in fp32 and written to the fp32 sum_out), then out = round(s * rsqrt(mean(s^2)
+// + eps) * w), the normalize and the scale in fp32 with one rounding at the end (kernels/norm.py). x, w and out are
+// `dtype`; r is `rdtype` (dtype or fp32: the residual stream stays fp32, kernels/norm.py's residual_dtype).
+static inline __attribute__((always_inline)) void norm_row(const void *x, const void *r, float *sum_out, void *out,
+                                                           const void *w, int64_t n, float eps, const int dtype,
+                                                           const int rdtype) {
+    const size_t es = dtype == 0 ? 4 : 2, rs = rdtype == 0 ? 4 : 2;
+    const int sdtype = r ? 0 : dtype;  // the rows normalized: the fp32 sums, or x itself
+    const void *s = r ? (const void *)sum_out : x;
     if (r) {
 #ifdef VEC512
         for (int64_t i = 0; i < n; i += 16) {
             const int64_t m = n - i;
             const __m512 v = _mm512_add_ps(load16((const char *)x + i * es, m, dtype),
-                                           load16((const char *)r + i * es, m, dtype));
-            store16((char *)sum_out + i * es, v, m, dtype);
+                                           load16((const char *)r + i * rs, m, rdtype));
+            store16(sum_out + i, v, m, 0);
         }
 #else
-        for (int64_t i = 0; i < n; i++) store1(sum_out, i, load1(x, i, dtype) + load1(r, i, dtype), dtype);
+        for (int64_t i = 0; i < n; i++) sum_out[i] = load1(x, i, dtype) + load1(r, i, rdtype);
 #endif
     }
-    const float inv = 1.0f / sqrtf(sum_squares(s, n, dtype, es) / (float)n + eps);  // torch: sum / n + eps, 1/sqrt
+    const size_t ss = sdtype == 0 ? 4 : 2;
+    const float inv = 1.0f / sqrtf(sum_squares(s, n, sdtype, ss) / (float)n + eps);  // torch: sum / n + eps, 1/sqrt
 #ifdef VEC512
     const __m512 iv = _mm512_set1_ps(inv);
     for (int64_t i = 0; i < n; i += 16) {
         const int64_t m = n - i;
-        const __m512 y = _mm512_mul_ps(load16((const char *)s + i * es, m, dtype), iv);
+        const __m512 y = _mm512_mul_ps(load16((const char *)s + i * ss, m, sdtype), iv);
         store16((char *)out + i * es, _mm512_mul_ps(y, load16((const char *)w + i * es, m, dtype)), m, dtype);
     }
 #else
     for (int64_t i = 0; i < n; i++)
-        store1(out, i, load1(s, i, dtype) * inv * load1(w, i, dtype), dtype);
+        store1(out, i, load1(s, i, sdtype) * inv * load1(w, i, dtype), dtype);
 #endif
 }
 
-// x [A, B, N] with element strides (sxa, sxb, 1) → out [A * B, N] contiguous. With `residual` (strides sra, srb)
-// the rows normalized are x + residual, which are also written to `sum_out` [A * B, N].
+// x [A, B, N] with element strides (sxa, sxb, 1) → out [A * B, N] contiguous, both `dtype`. With `residual` (strides
+// sra, srb; `res_dtype`: dtype or fp32) the rows normalized are x + residual in fp32, which are also written to
+// `sum_out` [A * B, N] fp32.
 int rms_norm(const void *x, const void *residual, void *out, void *sum_out, const void *weight, int64_t A,
              int64_t B, int64_t N, int64_t sxa, int64_t sxb, int64_t sra, int64_t srb, float eps, int dtype,
-             int num_threads) {
-    if (dtype < 0 || dtype > 2 || N < 1) return 1;
-    const size_t es = dtype == 0 ? 4 : 2;
+             int res_dtype, int num_threads) {
+    if (dtype < 0 || dtype > 2 || N < 1 || (res_dtype != dtype && res_dtype != 0)) return 1;
+    if (residual && !sum_out) return 1;
+    const size_t es = dtype == 0 ? 4 : 2, rs = res_dtype == 0 ? 4 : 2;
+    const int same = res_dtype == dtype;
     const int nt = threads_for(A * B * N, num_threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t row = 0; row < A * B; row++) {
         const int64_t a = row / B, b = row % B;
         const char *xr = (const char *)x + (size_t)(a * sxa + b * sxb) * es;
-        const char *rr = residual ? (const char *)residual + (size_t)(a * sra + b * srb) * es : NULL;
-        char *so = sum_out ? (char *)sum_out + (size_t)(row * N) * es : NULL;
+        const char *rr = residual ? (const char *)residual + (size_t)(a * sra + b * srb) * rs : NULL;
+        float *so = residual ? (float *)sum_out + row * N : NULL;
         char *o = (char *)out + (size_t)(row * N) * es;
-        if (dtype == 0)  // a constant dtype per call site lets the per-element dtype branches fold away
-            norm_row(xr, rr, so, o, weight, N, eps, 0);
+        // Constant dtypes per call site let the per-element dtype branches fold away.
+        if (dtype == 0)
+            norm_row(xr, rr, so, o, weight, N, eps, 0, 0);
         else if (dtype == 1)
-            norm_row(xr, rr, so, o, weight, N, eps, 1);
+            same ? norm_row(xr, rr, so, o, weight, N, eps, 1, 1) : norm_row(xr, rr, so, o, weight, N, eps, 1, 0);
         else
-            norm_row(xr, rr, so, o, weight, N, eps, 2);
+            same ? norm_row(xr, rr, so, o, weight, N, eps, 2, 2) : norm_row(xr, rr, so, o, weight, N, eps, 2, 0);
     }
     return 0;
 }

@@ -307,18 +307,19 @@ class CausalLM(nn.Module):
         `v_scales`).
 
         A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
-        output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
+        output and residual, both, so the split is exact; in `residual_dtype`); a stage before the last returns its
+        own instead of logits."""
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
-        else:
-            x, residual = hidden[0], hidden[1]
+        else:  # both travel in the residual stream's dtype (fp32: the cast of x back is exact)
+            x, residual = hidden[0].to(self.dtype), hidden[1]
         no_scales = [None] * len(self.layers)
         for layer, k_cache, v_cache, k_scale, v_scale in zip(
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
             x, residual = layer(x, residual, batch, self.cos_sin_cache, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # every stage has layers
         if not self.stage.last:
-            return torch.stack((x, residual))
+            return torch.stack((x.to(residual.dtype), residual))
         if batch.logits_rows is not None:
             x = x.index_select(0, batch.logits_rows)
             residual = residual.index_select(0, batch.logits_rows)
