@@ -46,25 +46,26 @@ def _code(*tensors: torch.Tensor) -> int | None:
 
 def _norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
           eps: float) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(norm(x [+ residual]), x + residual or None) from the C kernel; None when it cannot take the input."""
+    """(norm(x [+ residual]), x + residual in fp32 or None) from the C kernel; None when it cannot take the input."""
     lib = native_kernels()
-    code = _code(x, weight) if residual is None else _code(x, residual, weight)
+    code = _code(x, weight)
+    res_code = None if residual is None or not residual.is_cpu else DTYPE_CODES.get(residual.dtype)
     if lib is None or code is None or weight.dim() != 1 or x.dim() == 0 or not weight.is_contiguous():
+        return None
+    if residual is not None and (res_code not in (code, 0) or residual.shape != x.shape):
         return None
     n = x.shape[-1]
     rows = _rows(x)
     rrows = (0, 0, 0, 0) if residual is None else _rows(residual)
     if rows is None or rrows is None or weight.shape[0] != n:
         return None
-    if residual is not None and residual.shape != x.shape:
-        return None
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    summed = None if residual is None else torch.empty_like(x, memory_format=torch.contiguous_format)
+    summed = None if residual is None else torch.empty(x.shape, dtype=torch.float32)
     a, b, sa, sb = rows
     status = lib.rms_norm(
         x.data_ptr(), None if residual is None else residual.data_ptr(), out.data_ptr(),
         None if summed is None else summed.data_ptr(), weight.data_ptr(), a, b, n, sa, sb, rrows[2], rrows[3],
-        eps, code, torch.get_num_threads())
+        eps, code, code if res_code is None else res_code, torch.get_num_threads())
     return (out, summed) if status == 0 else None
 
 
@@ -77,7 +78,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`norm.fused_add_rms_norm`: (rms_norm(x + residual), x + residual), both fresh tensors (inputs untouched)."""
+    """`norm.fused_add_rms_norm`: (rms_norm(x + residual), x + residual in fp32), both fresh tensors (inputs
+    untouched); `residual` is x's dtype or fp32."""
     done = _norm(x, residual, weight, eps)
     if done is None:
         return norm.fused_add_rms_norm(x, residual, weight, eps)

@@ -47,7 +47,7 @@ SIGNATURES: dict[str, list] = {
     + [ctypes.c_int, _P, _P],
     "find_groups": [_P, _P, _I, _I, _I, _P, _P, _P, _P],
     # cpu_elementwise.c, wrapped by kernels/cpu_elementwise.py
-    "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int],
+    "rms_norm": [_P] * 5 + [_I] * 7 + [_F, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "rotary_embedding": [_P] * 4 + [_I] * 9 + [ctypes.c_int, ctypes.c_int],
     "hadamard_rotate": [_P] + [_I] * 5 + [ctypes.c_int, ctypes.c_int],
     "silu_and_mul": [_P] * 2 + [_I] * 3 + [ctypes.c_int, ctypes.c_int],

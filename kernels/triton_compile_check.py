@@ -18,7 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-_PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr", "slot_weight_ptr"}  # float32 buffers whatever the activation dtype
+# float32 buffers whatever the activation dtype (the residual stream too: kernels/norm.py residual_dtype)
+_PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr", "res_ptr", "new_res_ptr", "slot_weight_ptr"}
 _PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr", "ids_ptr", "tile_expert_ptr"}
 _PTR_ARGS_U8 = {"raw_ptr"}  # GGML block-quantized weights, raw bytes
 _PTR_ARGS_I32 = {"lens_ptr", "seqs_ptr", "blocks_ptr", "mask_ptr"}
@@ -113,12 +114,12 @@ def _plain_configs(dtype: str, head_dim: int) -> list[tuple[Any, dict, int]]:
         (triton_attention._store_kv_kernel, dict(BLOCK_H=8, BLOCK_D=head_dim, KV_KIND=0, QMAX=1.0), 4),
         (
             triton_norm._rms_norm_kernel,
-            dict(FUSE_ADD=True, IN_DTYPE=tl_dtype, OUT_DTYPE=tl_dtype, BLOCK=8192),
+            dict(FUSE_ADD=True, IN_DTYPE=tl.float32, OUT_DTYPE=tl_dtype, BLOCK=8192),
             8,
         ),
         (
             triton_rope._rope_kernel,
-            dict(X_DTYPE=tl_dtype, BLOCK_HQ=64, BLOCK_HK=8, BLOCK_HALF=head_dim // 2),
+            dict(BLOCK_HQ=64, BLOCK_HK=8, BLOCK_HALF=head_dim // 2),
             4,
         ),
         (triton_activation._silu_and_mul_kernel, dict(BLOCK=1024), 4),

@@ -1,7 +1,7 @@
 """RMSNorm, alone and fused with the residual add (Triton twins of `kernels/norm.py`).
 
-One program normalizes one row. The order of operations matches the torch reference: normalize in float32,
-cast to the input dtype, then multiply by the weight in the promoted dtype of (weight, input).
+One program normalizes one row. The order of operations matches the torch reference: normalize and scale by the
+weight in float32, then round once to the promoted dtype of (weight, input).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sprig.kernels.norm import residual_dtype
 from sprig.kernels.triton_utils import TORCH_TO_TL, row_num_warps
 
 
@@ -37,13 +38,12 @@ def _rms_norm_kernel(
     x = tl.load(x_ptr + row * x_stride + cols, mask=valid, other=0.0)
     if FUSE_ADD:
         r = tl.load(res_ptr + row * res_stride + cols, mask=valid, other=0.0)
-        x = (x.to(IN_DTYPE) + r.to(IN_DTYPE)).to(IN_DTYPE)  # the add rounds in the input dtype, like torch
+        x = x.to(IN_DTYPE) + r.to(IN_DTYPE)  # the residual stream's dtype (fp32 for bf16/fp16), like torch
         tl.store(new_res_ptr + row * new_res_stride + cols, x, mask=valid)
     x32 = x.to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
-    normed = (x32 * inv_rms).to(IN_DTYPE).to(OUT_DTYPE)
-    w = tl.load(w_ptr + cols, mask=valid, other=0.0).to(OUT_DTYPE)
-    tl.store(out_ptr + row * out_stride + cols, w * normed, mask=valid)
+    w = tl.load(w_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + cols, (x32 * inv_rms * w).to(OUT_DTYPE), mask=valid)
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -57,8 +57,8 @@ def _launch(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the row kernel; returns (normed, new residual or None) shaped like x."""
     hidden = x.shape[-1]
-    in_dtype = x.dtype if residual is None else torch.result_type(x, residual)
-    out_dtype = torch.result_type(weight, torch.empty(0, dtype=in_dtype))
+    in_dtype = x.dtype if residual is None else residual_dtype(x.dtype)
+    out_dtype = torch.result_type(weight, x)
     x2 = _as_rows(x)
     out = torch.empty(x2.shape, dtype=out_dtype, device=x.device)
     res2 = _as_rows(residual) if residual is not None else x2
@@ -76,14 +76,14 @@ def _launch(
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS-normalize the last dim of x in float32, cast back to x's dtype, then scale by `weight`."""
+    """RMS-normalize the last dim of x and scale by `weight` in float32, rounding once to the output dtype."""
     return _launch(x, None, weight, eps)[0]
 
 
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_norm(x + residual), x + residual) in one pass over memory."""
+    """Return (rms_norm(x + residual), x + residual in `residual_dtype`) in one pass over memory."""
     normed, new_residual = _launch(x, residual, weight, eps)
     assert new_residual is not None
     return normed, new_residual

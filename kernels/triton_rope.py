@@ -6,13 +6,11 @@ import torch
 import triton
 import triton.language as tl
 
-from sprig.kernels.triton_utils import TORCH_TO_TL
-
 
 @triton.jit
 def _rotate_heads(x_ptr, row_stride, head_stride, n_heads, tok, cos, sin, half, BLOCK_H: tl.constexpr,
                   BLOCK_HALF: tl.constexpr):  # fmt: skip
-    """Rotate every head of one token: (x1, x2) → (x1 cos - x2 sin, x2 cos + x1 sin)."""
+    """Rotate every head of one token: (x1, x2) → (x1 cos - x2 sin, x2 cos + x1 sin) in float32."""
     heads = tl.arange(0, BLOCK_H)[:, None]
     cols = tl.arange(0, BLOCK_HALF)[None, :]
     valid = (heads < n_heads) & (cols < half)
@@ -29,16 +27,16 @@ def _rope_kernel(
     q_ptr, k_ptr, pos_ptr, cs_ptr,
     q_row_stride, q_head_stride, k_row_stride, k_head_stride, cs_stride,
     n_q_heads, n_k_heads, half,
-    X_DTYPE: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):  # fmt: skip
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     cols = tl.arange(0, BLOCK_HALF)
     cos = tl.load(cs_ptr + pos * cs_stride + cols, mask=cols < half, other=0.0)
     sin = tl.load(cs_ptr + pos * cs_stride + half + cols, mask=cols < half, other=0.0)
-    # Round cos/sin to the activation dtype first, as the reference does, then rotate in float32.
-    cos = cos.to(X_DTYPE).to(tl.float32)[None, :]
-    sin = sin.to(X_DTYPE).to(tl.float32)[None, :]
+    # fp32 cos/sin, as the reference uses them: rotate in float32, one rounding at the store.
+    cos = cos.to(tl.float32)[None, :]
+    sin = sin.to(tl.float32)[None, :]
     _rotate_heads(q_ptr, q_row_stride, q_head_stride, n_q_heads, tok, cos, sin, half, BLOCK_HQ, BLOCK_HALF)
     _rotate_heads(k_ptr, k_row_stride, k_head_stride, n_k_heads, tok, cos, sin, half, BLOCK_HK, BLOCK_HALF)
 
@@ -61,7 +59,7 @@ def apply_rotary_(
         q, k, positions, cos_sin_cache,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
         n_q_heads, k.shape[1], half,
-        X_DTYPE=TORCH_TO_TL[q.dtype], BLOCK_HQ=triton.next_power_of_2(n_q_heads),
+        BLOCK_HQ=triton.next_power_of_2(n_q_heads),
         BLOCK_HK=triton.next_power_of_2(k.shape[1]), BLOCK_HALF=triton.next_power_of_2(half),
         num_warps=4,
     )  # fmt: skip

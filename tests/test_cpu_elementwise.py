@@ -74,13 +74,17 @@ def test_rms_norm_is_bitwise_the_reference(lib, dtype, t, hidden):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("t", [1, 7, 513])
 @pytest.mark.parametrize("hidden", [64, 768, 896])
-def test_fused_add_rms_norm_is_bitwise_and_leaves_its_inputs_alone(lib, dtype, t, hidden):
+@pytest.mark.parametrize("fp32_residual", [False, True])
+def test_fused_add_rms_norm_is_bitwise_and_leaves_its_inputs_alone(lib, dtype, t, hidden, fp32_residual):
+    """The residual stream is fp32 (the first layer adds to the embedding, in the activation dtype)."""
     g = torch.Generator().manual_seed(t + hidden)
     x, residual = (torch.randn(2, t, hidden, generator=g) * 2).to(dtype).unbind(0)
+    residual = residual.float() * 1.001 if fp32_residual else residual  # * 1.001: bits bf16/fp16 cannot hold
     w = (torch.rand(hidden, generator=g) + 0.5).to(dtype)
     x_before, residual_before = x.clone(), residual.clone()
     out, summed = ew.fused_add_rms_norm(x, residual, w, 1e-5)
     ref_out, ref_summed = norm.fused_add_rms_norm(x, residual, w, 1e-5)
+    assert out.dtype == dtype and summed.dtype == torch.float32
     assert torch.equal(summed, ref_summed) and torch.equal(out, ref_out)
     # The first layer's residual is the embedding output and the reference returns fresh tensors: so do we.
     assert torch.equal(x, x_before) and torch.equal(residual, residual_before)

@@ -169,10 +169,12 @@ def test_every_path_gives_the_same_model_logits(tiny_paths, monkeypatch, cap):
 
 
 # --quantization int8 (W8A8) on the real SmolLM2-135M, perplexity of the short text (tests/perplexity_helpers.py)
-# vs sprig fp32 (18.833), measured: fp32 activations +4.07 % (19.598), bf16 +2.76 % (19.352). The loss is the
-# activations' one scale per token (benchmarks/int8_loss.py; `--quantization q8_0` is the low-loss 8-bit choice).
-# Bounds: measured + 1.5 points; the lower bound (-1.5 %) catches a path that stopped quantizing.
-@pytest.mark.parametrize(("dtype", "low", "high"), [("float32", 2.5, 5.6), ("bfloat16", 1.2, 4.3)])
+# vs sprig fp32 (18.833), measured: fp32 activations +4.07 % (19.598), bf16 +6.41 % (20.041; +2.76 % while the
+# residual stream was bf16). The loss is the activations' one scale per token (benchmarks/int8_loss.py;
+# `--quantization q8_0` is the low-loss 8-bit choice). The 511 tokens are noisy at this size: over the first 2,047
+# (perplexity_helpers.long_perplexity) bf16 is +3.47 % with the fp32 residual, +3.25 % with the bf16 one, fp32
+# activations +3.56 %. Bounds: measured + 1.5 points; the lower bound catches a path that stopped quantizing.
+@pytest.mark.parametrize(("dtype", "low", "high"), [("float32", 2.5, 5.6), ("bfloat16", 1.2, 7.9)])
 def test_int8_w8a8_smollm2_perplexity_within_measured_bounds(smollm2_folder, smollm2_fp32_perplexity, dtype, low,
                                                              high):
     from perplexity_helpers import short_perplexity

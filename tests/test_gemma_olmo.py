@@ -58,7 +58,7 @@ def test_fp32_scaled_norm_equals_transformers_in_bf16(reference):
     x = torch.randn(8, 256, dtype=torch.bfloat16) * 3
     weight = norm.weight.float() + (1.0 if reference is GemmaRMSNorm else 0.0)
     with torch.no_grad():
-        assert torch.equal(rms_norm_fp32_scale(x, weight, 1e-6), norm(x))
+        assert torch.equal(rms_norm_fp32_scale(x, weight, 1e-6, x.dtype), norm(x))
 
 
 def test_families_are_listed_in_the_unsupported_architecture_error(tmp_path):

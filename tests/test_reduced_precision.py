@@ -64,9 +64,10 @@ def test_onednn_packed_linears_change_nothing_but_speed(reference, dtype, monkey
 
 
 # Perplexity of the real SmolLM2-135M on the short text (tests/perplexity_helpers.py, 511 scored tokens), change
-# from sprig fp32 (18.833), measured: bf16 -0.28 %, native Q4_1 (fp32 activations) -1.26 %, bf16 activations
-# -0.64 % (-0.28 % after merging gguf-load's kernel update), --quantization q8_0 -2.17 % (-2.13 % with the embedding and LM
-# head Q8_0 too, gguf-load's version). The short text is noisy at this size (a change of 1-2 % either way is within
+# from sprig fp32 (18.833), measured: bf16 -0.06 % (-0.28 % to -0.31 % while the residual stream was bf16), native
+# Q4_1 (fp32 activations) -1.26 %, bf16 activations -0.06 % (the same figure as bf16, before too; -0.64 % before
+# gguf-load's kernel update), --quantization q8_0 -2.17 % (-2.13 % with the embedding and LM head Q8_0 too,
+# gguf-load's version). The short text is noisy at this size (a change of 1-2 % either way is within
 # what rounding the weights does to 511 tokens); the whole-text figures are in benchmarks/README.md. Bounds: the
 # measured change plus 1.5 points.
 SMOLLM2_BOUNDS = [  # name, GGUF (True) or the dequantized folder, Engine options, bound in % of fp32's perplexity

@@ -97,22 +97,23 @@ def test_the_folder_loads_with_transformers_5_config(smollm2_folder):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_sprig_bf16_is_no_worse_than_transformers_bf16(figures, path):
-    """Measured here (AVX512_BF16 vector linears, sprig's C attention; 122 positions x 49,152 logits):
+    """The issue's criterion, per path: against fp32 logits, sprig bf16's max and mean |logit error| are at most
+    transformers bf16's over the same positions. Measured here (AVX512_BF16 vector linears, sprig's C attention;
+    122 positions x 49,152 logits):
 
         transformers bf16      max 0.535  mean 0.1042  ppl 27.150 (fp32: 27.105)
-        sprig bf16 extend      max 0.727  mean 0.0922  ppl 27.227
-        sprig bf16 decode      max 0.620  mean 0.1036  ppl 27.001
-        sprig bf16 graphs      max 0.620  mean 0.1036  ppl 27.001 (the same bits as decode)
+        sprig bf16 extend      max 0.361  mean 0.0532  ppl 27.051
+        sprig bf16 decode      max 0.396  mean 0.0506  ppl 27.044
+        sprig bf16 graphs      the same bits as decode
 
-    The mean error is at most transformers' on every path. The single largest error and the perplexity drift are
-    rounding noise of the same size, not a bias: sprig with oneDNN's linears (SPRIG_CPU_ISA=none) and torch
-    attention gives max 0.523, mean 0.104, ppl 27.179; with its vector linears and torch attention 0.671, 0.114,
-    27.236; each bf16 product summed in another order moves them. So the mean is held to transformers' (5%
-    headroom for other code paths), the max and the perplexity drift to 1.5x theirs plus a little."""
+    sprig rounds less than transformers: the residual stream stays fp32, RMSNorm scales by its weight and RoPE
+    rotates in fp32 with one rounding each, the LM head writes fp32 logits. Before those (bf16 residual, two
+    roundings in the norm, bf16 cos/sin) it was max 0.727 / 0.620, mean 0.092 / 0.104 (extend / decode), and the
+    max of 122 positions moved by +-0.1 with each bf16 product summed in another order. The perplexity of these
+    122 tokens drifts by rounding noise of either sign: held to 1.5x transformers' drift plus 1 %."""
     ours, theirs, exact = figures[f"sprig bfloat16 {path}"], figures["transformers bfloat16"], figures[
         "transformers float32"]
-    assert ours["mean"] <= 1.05 * theirs["mean"]
-    assert ours["max"] <= 1.5 * theirs["max"]
+    assert ours["max"] <= theirs["max"] and ours["mean"] <= theirs["mean"], (ours, theirs)
     assert abs(ours["ppl"] - exact["ppl"]) <= 1.5 * abs(theirs["ppl"] - exact["ppl"]) + 0.01 * exact["ppl"]
     assert figures["sprig bfloat16 decode"] == figures["sprig bfloat16 graphs"]  # replay: the same kernels, bits
 

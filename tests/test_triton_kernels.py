@@ -51,13 +51,17 @@ def test_rms_norm_strided_heads(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [64, 200])
-def test_fused_add_rms_norm(dtype, hidden):
+@pytest.mark.parametrize("fp32_residual", [False, True])
+def test_fused_add_rms_norm(dtype, hidden, fp32_residual):
+    """The residual stream is fp32 (the first layer adds to the embedding, in the activation dtype)."""
     x, r = _randn(7, hidden, dtype=dtype), _randn(7, hidden, dtype=dtype, seed=2)
+    r = r.float() * 1.001 if fp32_residual else r  # * 1.001: bits bf16/fp16 cannot hold
     w = _randn(hidden, dtype=dtype, seed=1)
     got = triton_norm.fused_add_rms_norm(x, r, w, 1e-6)
     expected = norm.fused_add_rms_norm(x, r, w, 1e-6)
     _close(got[0], expected[0], dtype)
-    assert torch.equal(got[1], expected[1])  # the residual add is one rounding in both
+    assert got[1].dtype == torch.float32
+    assert torch.equal(got[1], expected[1])  # the residual add is one fp32 rounding in both
 
 
 def _cos_sin_cache(max_pos: int, head_dim: int) -> torch.Tensor:

@@ -19,7 +19,7 @@
 #include "kernels.h"
 #include "kv_quant.h"
 
-#define MAX_HEAD_DIM 1024  // rotary embedding's per-token cos/sin buffer
+#define MAX_HEAD_DIM 1024  // the per-row buffers of the Hadamard rotation and the quantized KV store
 #define PARALLEL_MIN 16384  // elements below which one thread beats the fork/join of a parallel region
 
 static inline float load1(const void *p, int64_t i, int dtype) {
@@ -182,66 +182,75 @@ static float sum_squares(const char *p, int64_t n, int dtype, size_t es) {
     return total;
 }
 
-// One row of n: s = x (+ r, rounded; written to sum_out), then out = w * round(s * rsqrt(mean(s^2) + eps)).
-static inline __attribute__((always_inline)) void norm_row(const void *x, const void *r, void *sum_out, void *out,
-                                                           const void *w, int64_t n, float eps, const int dtype) {
-    const size_t es = dtype == 0 ? 4 : 2;
-    const void *s = r ? sum_out : x;  // the fused add leaves its rounded sums in sum_out for the later passes
+// One row of n: s = x (+ r, summed in fp32 and written to the fp32 sum_out), then out = round(s * rsqrt(mean(s^2)
+// + eps) * w), the normalize and the scale in fp32 with one rounding at the end (kernels/norm.py). x, w and out are
+// `dtype`; r is `rdtype` (dtype or fp32: the residual stream stays fp32, kernels/norm.py's residual_dtype).
+static inline __attribute__((always_inline)) void norm_row(const void *x, const void *r, float *sum_out, void *out,
+                                                           const void *w, int64_t n, float eps, const int dtype,
+                                                           const int rdtype) {
+    const size_t es = dtype == 0 ? 4 : 2, rs = rdtype == 0 ? 4 : 2;
+    const int sdtype = r ? 0 : dtype;  // the rows normalized: the fp32 sums, or x itself
+    const void *s = r ? (const void *)sum_out : x;
     if (r) {
 #ifdef VEC512
         for (int64_t i = 0; i < n; i += 16) {
             const int64_t m = n - i;
             const __m512 v = _mm512_add_ps(load16((const char *)x + i * es, m, dtype),
-                                           load16((const char *)r + i * es, m, dtype));
-            store16((char *)sum_out + i * es, v, m, dtype);
+                                           load16((const char *)r + i * rs, m, rdtype));
+            store16(sum_out + i, v, m, 0);
         }
 #else
-        for (int64_t i = 0; i < n; i++) store1(sum_out, i, load1(x, i, dtype) + load1(r, i, dtype), dtype);
+        for (int64_t i = 0; i < n; i++) sum_out[i] = load1(x, i, dtype) + load1(r, i, rdtype);
 #endif
     }
-    const float inv = 1.0f / sqrtf(sum_squares(s, n, dtype, es) / (float)n + eps);  // torch: sum / n + eps, 1/sqrt
+    const size_t ss = sdtype == 0 ? 4 : 2;
+    const float inv = 1.0f / sqrtf(sum_squares(s, n, sdtype, ss) / (float)n + eps);  // torch: sum / n + eps, 1/sqrt
 #ifdef VEC512
     const __m512 iv = _mm512_set1_ps(inv);
     for (int64_t i = 0; i < n; i += 16) {
         const int64_t m = n - i;
-        const __m512 y = round16(_mm512_mul_ps(load16((const char *)s + i * es, m, dtype), iv), dtype);
-        store16((char *)out + i * es, _mm512_mul_ps(load16((const char *)w + i * es, m, dtype), y), m, dtype);
+        const __m512 y = _mm512_mul_ps(load16((const char *)s + i * ss, m, sdtype), iv);
+        store16((char *)out + i * es, _mm512_mul_ps(y, load16((const char *)w + i * es, m, dtype)), m, dtype);
     }
 #else
     for (int64_t i = 0; i < n; i++)
-        store1(out, i, load1(w, i, dtype) * round1(load1(s, i, dtype) * inv, dtype), dtype);
+        store1(out, i, load1(s, i, sdtype) * inv * load1(w, i, dtype), dtype);
 #endif
 }
 
-// x [A, B, N] with element strides (sxa, sxb, 1) → out [A * B, N] contiguous. With `residual` (strides sra, srb)
-// the rows normalized are x + residual, which are also written to `sum_out` [A * B, N].
+// x [A, B, N] with element strides (sxa, sxb, 1) → out [A * B, N] contiguous, both `dtype`. With `residual` (strides
+// sra, srb; `res_dtype`: dtype or fp32) the rows normalized are x + residual in fp32, which are also written to
+// `sum_out` [A * B, N] fp32.
 int rms_norm(const void *x, const void *residual, void *out, void *sum_out, const void *weight, int64_t A,
              int64_t B, int64_t N, int64_t sxa, int64_t sxb, int64_t sra, int64_t srb, float eps, int dtype,
-             int num_threads) {
-    if (dtype < 0 || dtype > 2 || N < 1) return 1;
-    const size_t es = dtype == 0 ? 4 : 2;
+             int res_dtype, int num_threads) {
+    if (dtype < 0 || dtype > 2 || N < 1 || (res_dtype != dtype && res_dtype != 0)) return 1;
+    if (residual && !sum_out) return 1;
+    const size_t es = dtype == 0 ? 4 : 2, rs = res_dtype == 0 ? 4 : 2;
+    const int same = res_dtype == dtype;
     const int nt = threads_for(A * B * N, num_threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t row = 0; row < A * B; row++) {
         const int64_t a = row / B, b = row % B;
         const char *xr = (const char *)x + (size_t)(a * sxa + b * sxb) * es;
-        const char *rr = residual ? (const char *)residual + (size_t)(a * sra + b * srb) * es : NULL;
-        char *so = sum_out ? (char *)sum_out + (size_t)(row * N) * es : NULL;
+        const char *rr = residual ? (const char *)residual + (size_t)(a * sra + b * srb) * rs : NULL;
+        float *so = residual ? (float *)sum_out + row * N : NULL;
         char *o = (char *)out + (size_t)(row * N) * es;
-        if (dtype == 0)  // a constant dtype per call site lets the per-element dtype branches fold away
-            norm_row(xr, rr, so, o, weight, N, eps, 0);
+        // Constant dtypes per call site let the per-element dtype branches fold away.
+        if (dtype == 0)
+            norm_row(xr, rr, so, o, weight, N, eps, 0, 0);
         else if (dtype == 1)
-            norm_row(xr, rr, so, o, weight, N, eps, 1);
+            same ? norm_row(xr, rr, so, o, weight, N, eps, 1, 1) : norm_row(xr, rr, so, o, weight, N, eps, 1, 0);
         else
-            norm_row(xr, rr, so, o, weight, N, eps, 2);
+            same ? norm_row(xr, rr, so, o, weight, N, eps, 2, 2) : norm_row(xr, rr, so, o, weight, N, eps, 2, 0);
     }
     return 0;
 }
 
 // ---- Rotary embedding -------------------------------------------------------------------------------------------
 
-// Rotate `heads` rows of D at x (head stride sh elements) by cos/sin (already rounded to the dtype), in place:
-// (x1, x2) → (x1 cos - x2 sin, x2 cos + x1 sin), each product, sum and difference rounded as torch does.
+// Rotate `heads` rows of D at x (head stride sh elements) by fp32 cos/sin, in place: (x1, x2) → (x1 cos - x2 sin,
+// x2 cos + x1 sin) in fp32, each product and sum rounded to fp32 as torch does, then rounded once to the dtype.
 #ifdef VEC512
 static void rotate_heads(char *x, int64_t heads, int64_t sh, const float *cs, int64_t D, int dtype, size_t es) {
     const int64_t half = D / 2;
@@ -251,8 +260,8 @@ static void rotate_heads(char *x, int64_t heads, int64_t sh, const float *cs, in
             const int64_t m = half - i;
             const __m512 c = load16(cs + i, m, 0), s = load16(cs + half + i, m, 0);
             const __m512 x1 = load16(p1 + i * es, m, dtype), x2 = load16(p2 + i * es, m, dtype);
-            const __m512 r1 = sub_rn(round16(mul_rn(x1, c), dtype), round16(mul_rn(x2, s), dtype));
-            const __m512 r2 = add_rn(round16(mul_rn(x2, c), dtype), round16(mul_rn(x1, s), dtype));
+            const __m512 r1 = sub_rn(mul_rn(x1, c), mul_rn(x2, s));
+            const __m512 r2 = add_rn(mul_rn(x2, c), mul_rn(x1, s));
             store16(p1 + i * es, r1, m, dtype);
             store16(p2 + i * es, r2, m, dtype);
         }
@@ -266,7 +275,7 @@ static void rotate_heads(char *x, int64_t heads, int64_t sh, const float *cs, in
 #else
 #define NO_CONTRACT
 #endif
-// Without contraction: an FMA would skip the rounding of each product that the reference performs.
+// Without contraction: an FMA would skip the fp32 rounding of each product that the reference performs.
 static NO_CONTRACT void rotate_heads(char *x, int64_t heads, int64_t sh, const float *cs, int64_t D, int dtype,
                                      size_t es) {
 #if defined(__clang__)
@@ -278,8 +287,7 @@ static NO_CONTRACT void rotate_heads(char *x, int64_t heads, int64_t sh, const f
         for (int64_t i = 0; i < half; i++) {
             const float c = cs[i], s = cs[half + i];
             const float x1 = load1(p1, i, dtype), x2 = load1(p2, i, dtype);
-            const float a = round1(x1 * c, dtype), b = round1(x2 * s, dtype);
-            const float e = round1(x2 * c, dtype), f = round1(x1 * s, dtype);
+            const float a = x1 * c, b = x2 * s, e = x2 * c, f = x1 * s;
             store1(p1, i, a - b, dtype);
             store1(p2, i, e + f, dtype);
         }
@@ -293,15 +301,14 @@ static NO_CONTRACT void rotate_heads(char *x, int64_t heads, int64_t sh, const f
 int rotary_embedding(void *q, void *k, const int64_t *positions, const float *cache, int64_t T, int64_t Hq,
                      int64_t sq0, int64_t sq1, int64_t Hk, int64_t sk0, int64_t sk1, int64_t D, int64_t max_pos,
                      int dtype, int num_threads) {
-    if (dtype < 0 || dtype > 2 || D % 2 != 0 || D > MAX_HEAD_DIM) return 1;
+    if (dtype < 0 || dtype > 2 || D % 2 != 0) return 1;
     for (int64_t t = 0; t < T; t++)
         if (positions[t] < 0 || positions[t] >= max_pos) return 1;
     const size_t es = dtype == 0 ? 4 : 2;
     const int nt = threads_for(T * (Hq + Hk) * D, num_threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t t = 0; t < T; t++) {
-        float cs[MAX_HEAD_DIM];  // this token's cos/sin rounded to the dtype once, as the reference's .to(dtype)
-        for (int64_t i = 0; i < D; i++) cs[i] = round1(cache[positions[t] * D + i], dtype);
+        const float *cs = cache + positions[t] * D;  // this token's cos/sin, fp32 as the reference uses them
         rotate_heads((char *)q + (size_t)(t * sq0) * es, Hq, sq1, cs, D, dtype, es);
         rotate_heads((char *)k + (size_t)(t * sk0) * es, Hk, sk1, cs, D, dtype, es);
     }

@@ -53,7 +53,8 @@ static int gather_rows(char *out, const char *src, const int64_t *idx, int64_t r
 static int call_copy(const GraphCall *c) { return copy_strided(P(0), P(1), &c->i[2], &c->i[2 + COPY_DIMS], I(10)); }
 static int call_gather(const GraphCall *c) { return gather_rows(P(0), P(1), P(2), I(3), I(4), I(5), I(6)); }
 static int call_rms_norm(const GraphCall *c) {
-    return rms_norm(P(0), P(1), P(2), P(3), P(4), I(5), I(6), I(7), I(8), I(9), I(10), I(11), F(0), N(12), N(13));
+    return rms_norm(P(0), P(1), P(2), P(3), P(4), I(5), I(6), I(7), I(8), I(9), I(10), I(11), F(0), N(12), N(13),
+                    N(14));
 }
 static int call_rotary(const GraphCall *c) {
     return rotary_embedding(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), I(9), I(10), I(11), I(12), N(13),

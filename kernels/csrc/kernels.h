@@ -6,7 +6,7 @@
 
 int rms_norm(const void *x, const void *residual, void *out, void *sum_out, const void *weight, int64_t A,
              int64_t B, int64_t N, int64_t sxa, int64_t sxb, int64_t sra, int64_t srb, float eps, int dtype,
-             int num_threads);
+             int res_dtype, int num_threads);
 int rotary_embedding(void *q, void *k, const int64_t *positions, const float *cache, int64_t T, int64_t Hq,
                      int64_t sq0, int64_t sq1, int64_t Hk, int64_t sk0, int64_t sk1, int64_t D, int64_t max_pos,
                      int dtype, int num_threads);

@@ -48,7 +48,7 @@ class PipeLink:
     last_root: int
     device: torch.device  # where messages live: the GPU for NCCL, the CPU for gloo
     hidden_size: int
-    dtype: torch.dtype  # of the hidden states (the model's); logits travel in LOGITS_DTYPE
+    dtype: torch.dtype  # of the hidden states (the residual stream's, fp32); logits travel in LOGITS_DTYPE
     stats: LinkStats = field(default_factory=LinkStats)
     _pending: list[tuple[Any, list[torch.Tensor]]] = field(default_factory=list)  # sends in flight, with buffers
     _receives: list[Any] = field(default_factory=list)  # rank 0: logits receives posted and not waited for yet

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from sprig.kernels.norm import residual_dtype
 from sprig.runtime.distributed.pp_protocol import PipeLink
 from sprig.runtime.distributed.rank_spec import RankSpec, collective_device
 from sprig.runtime.distributed.tp_protocol import Command, StepChannel, decode_step
@@ -34,7 +35,7 @@ def pipe_link(spec: RankSpec, model_dtype: torch.dtype) -> PipeLink:
     prev = spec.rank - tp if spec.stage > 0 else None
     nxt = spec.rank + tp if spec.stage < pp - 1 else None
     hidden = load_model_config(spec.model_path).hidden_size
-    return PipeLink(prev, nxt, (pp - 1) * tp, collective_device(spec), hidden, model_dtype)
+    return PipeLink(prev, nxt, (pp - 1) * tp, collective_device(spec), hidden, residual_dtype(model_dtype))
 
 
 def serve_stage(spec: RankSpec, tp: TPContext, runner: ModelRunner) -> None:

@@ -22,7 +22,7 @@ from sprig.kernels.activation import gelu_tanh_and_mul
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.kernels.kv_quant import rotates_keys
-from sprig.kernels.norm import rms_norm_fp32_scale
+from sprig.kernels.norm import residual_dtype, rms_norm_fp32_scale
 from sprig.runtime.model.config import ModelConfig, RopeConfig
 from sprig.runtime.model.families import Activation, NormKind, Residual
 from sprig.runtime.model.linear import Linear
@@ -48,7 +48,8 @@ class ForwardBatch:
 
 class RMSNorm(nn.Module):
     """RMSNorm through the backend's kernels; for a `cfg.parts.norm_scale_fp32` family the weight is held in fp32
-    and scales in fp32 (Gemma's (1 + w) is folded into it by `fold_offset`), in torch."""
+    and scales in fp32 (Gemma's (1 + w) is folded into it by `fold_offset`), in torch. Outputs are in the model
+    dtype; `add_and_norm`'s sum is the residual stream, in `residual_dtype` (fp32 under bf16 / fp16)."""
 
     def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: KernelSet, cfg: ModelConfig | None = None) -> None:
         super().__init__()
@@ -56,19 +57,20 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32 if fp32 else dtype), requires_grad=False)
         self.eps = eps
         self.ops = ops
+        self.dtype = dtype
         self.fp32_scale = fp32
         self.offset = cfg.parts.norm_offset if cfg is not None else 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fp32_scale:
-            return rms_norm_fp32_scale(x, self.weight, self.eps)
+            return rms_norm_fp32_scale(x, self.weight, self.eps, self.dtype)
         return self.ops.rms_norm(x, self.weight, self.eps)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual)."""
         if self.fp32_scale:
-            residual = x + residual
-            return rms_norm_fp32_scale(residual, self.weight, self.eps), residual
+            summed = x.to(residual_dtype(x.dtype)) + residual
+            return rms_norm_fp32_scale(summed, self.weight, self.eps, self.dtype), summed
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
 
     def fold_offset(self) -> None:
@@ -79,7 +81,7 @@ class RMSNorm(nn.Module):
 
 class LayerNorm(nn.Module):
     """LayerNorm with weight and bias (GPT-NeoX, StableLM), with RMSNorm's interface. torch's kernel on every
-    backend: it computes in float32 whatever the dtype, as transformers' nn.LayerNorm does."""
+    backend, in float32 whatever the dtype (as transformers' nn.LayerNorm computes), out in the model dtype."""
 
     def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
         super().__init__()
@@ -88,12 +90,16 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        if x.dtype == self.weight.dtype:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        # The fp32 residual stream under a bf16 / fp16 model: normalize it unrounded
+        out = F.layer_norm(x.float(), self.weight.shape, self.weight.float(), self.bias.float(), self.eps)
+        return out.to(self.weight.dtype)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(norm(x + residual), x + residual)."""
-        residual = x + residual
-        return self(residual), residual
+        """(norm(x + residual), x + residual), the sum in `residual_dtype`."""
+        summed = x.to(residual_dtype(x.dtype)) + residual
+        return self(summed), summed
 
 
 def make_norm(cfg: ModelConfig, dim: int, dtype: torch.dtype, ops: KernelSet) -> RMSNorm | LayerNorm:
@@ -280,9 +286,9 @@ def _add_and_norm(norm: RMSNorm | LayerNorm | None, x: torch.Tensor, residual: t
     """(norm(x + residual), x + residual), the residual absent before the first layer; no norm: the sum twice."""
     if residual is None:
         return (x if norm is None else norm(x)), x
-    if norm is None:
-        residual = x + residual
-        return residual, residual
+    if norm is None:  # OLMo-2: the stream itself is the next input, in the model dtype
+        summed = x.to(residual_dtype(x.dtype)) + residual
+        return summed.to(x.dtype), summed
     return norm.add_and_norm(x, residual)
 
 
@@ -369,11 +375,12 @@ class CausalLM(nn.Module):
         `v_scales`).
 
         A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
-        output and residual, both, so the split is exact); a stage before the last returns its own instead of logits."""
+        output and residual, both, so the split is exact; in `residual_dtype`); a stage before the last returns its
+        own instead of logits."""
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
-        else:
-            x, residual = hidden[0], hidden[1]
+        else:  # both travel in the residual stream's dtype (fp32: the cast of x back is exact)
+            x, residual = hidden[0].to(self.dtype), hidden[1]
         no_scales = [None] * len(self.layers)
         for layer, k_cache, v_cache, k_scale, v_scale in zip(
                 self.layers, k_caches, v_caches, k_scales or no_scales, v_scales or no_scales, strict=True):
@@ -382,7 +389,7 @@ class CausalLM(nn.Module):
             x, residual = layer(x, residual, batch, table, k_cache, v_cache, k_scale, v_scale)
         assert residual is not None  # every stage has layers
         if not self.stage.last:
-            return torch.stack((x, residual))
+            return torch.stack((x.to(residual.dtype), residual))
         if batch.logits_rows is not None:
             x = x.index_select(0, batch.logits_rows)
             residual = residual.index_select(0, batch.logits_rows)
