@@ -279,9 +279,10 @@ def decode_attention(
     vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
     mask = meta.decode_mask
     if window is not None:
-        assert meta.decode_lens is not None and mask is not None  # set with the decode rows
+        assert mask is not None  # set with the decode rows
+        lens = mask.reshape(mask.shape[0], -1).sum(1)
         keys = torch.arange(mask.shape[-1], device=mask.device)
-        mask = mask & (keys.unsqueeze(0) >= (meta.decode_lens - window).unsqueeze(1))[:, None, None, :]
+        mask = mask & (keys.unsqueeze(0) >= (lens - window).unsqueeze(1))[:, None, None, :]
     if softcap is not None:
         return _capped_attention(qd.unsqueeze(2), kd, vd, mask, scale, softcap).squeeze(2)
     od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=mask, scale=scale, enable_gqa=True)
