@@ -52,6 +52,7 @@ def sprig_logits(path: Path, ids: list[int], **options: object) -> torch.Tensor:
     return runner.forward([SeqInput(ids, 0, pages, all_logits=True)]).logits
 
 
+@pytest.mark.slow
 def test_config_matches_transformers(gemma3_gguf):
     from transformers import AutoConfig
 
