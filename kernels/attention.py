@@ -274,18 +274,32 @@ def decode_attention(
     """Attention of the decode rows' queries qd [Bd, Hq, D] over their pages; returns [Bd, Hq, D]."""
     if meta.decode_split is not None and softcap is None and window is None:
         return _split_decode_attention(qd, k_cache, v_cache, meta, scale, k_scale, v_scale)
-    assert meta.decode_pages is not None  # set with the decode rows
-    kd = _gather_pages(k_cache, meta.decode_pages, meta.page_size, k_scale, qd.dtype).transpose(1, 2)
-    vd = _gather_pages(v_cache, meta.decode_pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
-    mask = meta.decode_mask
-    if window is not None:
-        assert meta.decode_lens is not None and mask is not None  # set with the decode rows
-        keys = torch.arange(mask.shape[-1], device=mask.device)
-        mask = mask & (keys.unsqueeze(0) >= (meta.decode_lens - window).unsqueeze(1))[:, None, None, :]
+    assert meta.decode_pages is not None and meta.decode_mask is not None  # set with the decode rows
+    pages, mask = meta.decode_pages, meta.decode_mask
+    if softcap is not None or window is not None:
+        pages, mask = _decode_span(pages, mask, meta.page_size, window)
+    kd = _gather_pages(k_cache, pages, meta.page_size, k_scale, qd.dtype).transpose(1, 2)
+    vd = _gather_pages(v_cache, pages, meta.page_size, v_scale, qd.dtype).transpose(1, 2)
     if softcap is not None:
         return _capped_attention(qd.unsqueeze(2), kd, vd, mask, scale, softcap).squeeze(2)
     od = F.scaled_dot_product_attention(qd.unsqueeze(2), kd, vd, attn_mask=mask, scale=scale, enable_gqa=True)
     return od.squeeze(2)
+
+
+def _decode_span(pages: torch.Tensor, mask: torch.Tensor, page_size: int, window: int | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode page table and key mask cut to the pages some row reads: up to the longest row (static decode
+    buffers pad tables to the whole context) and, with a `window`, from the oldest key a row still sees; the mask
+    then also hides each row's keys older than its window. Reads the lengths on the host (this path is the
+    reference for Gemma's layers, never captured in a graph)."""
+    lens = mask.reshape(mask.shape[0], -1).sum(1)
+    hi = -(-int(lens.max()) // page_size)
+    lo = 0 if window is None else max(0, int(lens.min()) - window) // page_size
+    pages, mask = pages[:, lo:hi], mask[..., lo * page_size : hi * page_size]
+    if window is not None:
+        keys = torch.arange(lo * page_size, hi * page_size, device=mask.device)
+        mask = mask & (keys.unsqueeze(0) >= (lens - window).unsqueeze(1))[:, None, None, :]
+    return pages, mask
 
 
 def _capped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,

@@ -24,6 +24,7 @@ class GGMLType(IntEnum):
     F16 = 1
     Q4_0 = 2
     Q4_1 = 3
+    Q5_0 = 6  # dequantized at load only: no sprig kernel reads it (Gemma 3 270M's Q4_K_M file holds some)
     Q8_0 = 8
     Q4_K = 12
     Q5_K = 13
@@ -50,6 +51,11 @@ class GGMLType(IntEnum):
         return self is not GGMLType.Q4_G128
 
     @property
+    def dequantized_at_load(self) -> bool:
+        """No sprig kernel reads it as blocks: a linear of this type is held in the model dtype."""
+        return self is GGMLType.Q5_0
+
+    @property
     def quantized(self) -> bool:
         """Block-quantized (not a plain float format)."""
         return self not in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
@@ -62,7 +68,7 @@ class GGMLType(IntEnum):
 
 
 _SIZES = {GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.BF16: (1, 2), GGMLType.Q4_0: (32, 18),
-          GGMLType.Q4_1: (32, 20), GGMLType.Q8_0: (32, 34), GGMLType.Q4_K: (QK_K, 144),
+          GGMLType.Q4_1: (32, 20), GGMLType.Q5_0: (32, 22), GGMLType.Q8_0: (32, 34), GGMLType.Q4_K: (QK_K, 144),
           GGMLType.Q5_K: (QK_K, 176), GGMLType.Q6_K: (QK_K, 210), GGMLType.Q4_G128: (128, 68)}
 QUANTIZABLE = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1)  # the types `quantize` writes
 
@@ -117,6 +123,13 @@ def _q4_1(b: torch.Tensor) -> torch.Tensor:
     return _f16(b, 0) * _nibbles(b[:, 4:], 16).float() + _f16(b, 2)
 
 
+def _q5_0(b: torch.Tensor) -> torch.Tensor:
+    """fp16 d, 32 high bits (bit i: weight i), 16 bytes of low nibbles (weights 0-15 low, 16-31 high); d (q - 16)."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=b.device).reshape(1, 1, 8)
+    high = ((b[:, 2:6].reshape(-1, 4, 1) >> shifts) & 1).reshape(-1, 32)
+    return _f16(b, 0) * ((_nibbles(b[:, 6:], 16) | (high << 4)).to(torch.int8) - 16).float()
+
+
 def _q8_0(b: torch.Tensor) -> torch.Tensor:
     return b[:, 2:].contiguous().view(torch.int8).float() * _f16(b, 0)
 
@@ -158,7 +171,7 @@ def _q4_g128(b: torch.Tensor) -> torch.Tensor:
     return _f16(b, 0) * (_nibbles(b[:, 4:], 64).float() - zero)  # q - z and d * (q - z): both exact in float32
 
 
-_DEQUANTIZE = {GGMLType.Q4_0: _q4_0, GGMLType.Q4_1: _q4_1, GGMLType.Q8_0: _q8_0, GGMLType.Q4_K: _q4_k,
+_DEQUANTIZE = {GGMLType.Q4_0: _q4_0, GGMLType.Q4_1: _q4_1, GGMLType.Q5_0: _q5_0, GGMLType.Q8_0: _q8_0, GGMLType.Q4_K: _q4_k,
                GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: _q6_k, GGMLType.Q4_G128: _q4_g128}
 
 

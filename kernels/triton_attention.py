@@ -32,7 +32,6 @@ import triton
 import triton.language as tl
 
 from sprig.kernels.attention import AttentionMetadata
-from sprig.kernels.attention import paged_attention as torch_paged_attention
 from sprig.kernels.kv_quant import KV_DTYPE_CODES, QMAX, is_quantized
 from sprig.kernels.triton_kv_quant import load_kv, store_rows
 from sprig.kernels.triton_utils import dot_precision
@@ -44,6 +43,7 @@ _DECODE_TARGET_PROGRAMS = 512  # enough programs to fill a large GPU (~4 per SM 
 _EXTEND_BLOCK_M = 64  # query rows per extend program
 _MIN_DOT_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded up to it
 _LOG2E = 1.4426950408889634
+_NO_WINDOW = 1 << 30  # the window a full-attention layer passes: longer than any sequence
 
 
 # --------------------------------------------------------------------------------------------- kernels
@@ -86,9 +86,14 @@ def _page_slots(table_row_ptr, pos, valid, PAGE_SIZE: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION: tl.constexpr):
-    """One online-softmax step: fold keys k / values v [N, D] (where `valid` [M, N]) into acc [M, D]."""
+def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION: tl.constexpr,
+                 SOFTCAP: tl.constexpr):
+    """One online-softmax step: fold keys k / values v [N, D] (where `valid` [M, N]) into acc [M, D]. With
+    SOFTCAP, scores s become tanh(s / softcap) * softcap (tanh as 2 sigmoid(2x) - 1: no tanh in every Triton)."""
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale_log2
+    if SOFTCAP:
+        capped = 2.0 * tl.sigmoid(2.0 * (qk / (_LOG2E * softcap))) - 1.0
+        qk = capped * (softcap * _LOG2E)
     qk = tl.where(valid, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))  # m_i starts finite, so a fully masked tile gives no NaN
     alpha = tl.exp2(m_i - m_new)
@@ -102,9 +107,9 @@ def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION: tl
 def _decode_split_kernel(
     q_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, rows_ptr, table_ptr, lens_ptr, part_out_ptr, part_lse_ptr,
     q_row_stride, q_head_stride, kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
-    scale_slot_stride, table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2,
+    scale_slot_stride, table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2, softcap, window,
     PAGE_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -125,14 +130,15 @@ def _decode_split_kernel(
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
-        valid = pos < end
+        valid = (pos < end) & (pos > seq_len - 1 - window)  # the query is at seq_len - 1
         slots = _page_slots(table_ptr + b * table_stride, pos, valid, PAGE_SIZE)
         kv_mask = valid[:, None] & (d < head_dim)[None, :]
         k = load_kv(kc_ptr + kvh * kc_head_stride, ks_ptr + kvh, slots, kc_slot_stride, scale_slot_stride, d,
                      kv_mask, valid, KV_KIND, q.dtype)
         v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                      kv_mask, valid, KV_KIND, q.dtype)
-        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, softcap,
+                                     DOT_PRECISION, SOFTCAP)
     nonempty = l_i > 0  # a split past the end of a short sequence saw no key
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
     lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))  # base 2
@@ -166,9 +172,9 @@ def _extend_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, out_ptr, seqs_ptr, blocks_ptr, table_ptr,
     q_row_stride, q_head_stride, k_row_stride, k_head_stride, v_row_stride, v_head_stride,
     kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, scale_slot_stride, out_row_stride,
-    out_head_stride, table_stride, group, head_dim, sm_scale_log2,
+    out_head_stride, table_stride, group, head_dim, sm_scale_log2, softcap, window,
     PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
     seq = tl.load(blocks_ptr + tl.program_id(0) * 2).to(tl.int64)
     m0 = tl.load(blocks_ptr + tl.program_id(0) * 2 + 1)
@@ -195,7 +201,8 @@ def _extend_kernel(
                      kv_mask, valid, KV_KIND, q.dtype)
         v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                      kv_mask, valid, KV_KIND, q.dtype)
-        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+        seen = valid[None, :] & (pos[None, :] > prefix + rows[:, None] - window)  # query row r is at prefix + r
+        acc, m_i, l_i = _attend_tile(q, k, v, seen, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION, SOFTCAP)
     # New tokens, causal: keys past this block's last row are never needed.
     for n0 in range(0, tl.minimum(ext, m0 + BLOCK_M), BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
@@ -209,8 +216,8 @@ def _extend_kernel(
                          kv_mask, pos < ext, KV_KIND, q.dtype)
             v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                          kv_mask, pos < ext, KV_KIND, q.dtype)
-        valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None])
-        acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, DOT_PRECISION)
+        valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None]) & (pos[None, :] > rows[:, None] - window)
+        acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION, SOFTCAP)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows past ext saw nothing
     dst = out_ptr + (tok0 + rows)[:, None] * out_row_stride + h * out_head_stride + d[None, :]
     tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -319,6 +326,14 @@ def store_kv(
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _ScoreOptions:
+    """Gemma's score options: a soft-cap on the scores, a sliding window over the keys (None: neither)."""
+
+    softcap: float | None = None
+    window: int | None = None
+
+
 def _decode(
     q: torch.Tensor,
     pool: _Pool,
@@ -326,6 +341,7 @@ def _decode(
     plan: _Plan,
     page_size: int,
     scale: float,
+    opts: _ScoreOptions,
 ) -> None:
     """Flash-decoding over the paged pool for the single-token rows of the batch."""
     assert plan.decode_rows is not None and plan.decode_table is not None  # the caller checked the rows
@@ -342,9 +358,10 @@ def _decode(
         part_out, part_lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         pool.k_scale.stride(0), plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
+        opts.softcap or 1.0, opts.window or _NO_WINDOW,
         PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_G=max(_MIN_DOT_ROWS, triton.next_power_of_2(group)),
         BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind,
-        num_warps=4, num_stages=2,
+        SOFTCAP=opts.softcap is not None, num_warps=4, num_stages=2,
     )  # fmt: skip
     _decode_reduce_kernel[(n_rows, n_q_heads)](
         part_out, part_lse, out, plan.decode_rows, out.stride(0), out.stride(1), n_q_heads, head_dim,
@@ -361,6 +378,7 @@ def _extend(
     plan: _Plan,
     page_size: int,
     scale: float,
+    opts: _ScoreOptions,
 ) -> None:
     """Prefix-then-causal attention for the multi-token sequences of the batch."""
     k_cache, v_cache = pool.k, pool.v
@@ -376,8 +394,10 @@ def _extend(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), pool.k_scale.stride(0),
         out.stride(0), out.stride(1), plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
+        opts.softcap or 1.0, opts.window or _NO_WINDOW,
         PAGE_SIZE=page_size, BLOCK_M=_EXTEND_BLOCK_M, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind, num_warps=warps, num_stages=2,
+        DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind, SOFTCAP=opts.softcap is not None,
+        num_warps=warps, num_stages=2,
     )  # fmt: skip
 
 
@@ -397,18 +417,16 @@ def paged_attention(
     """Attention for a flat batch: q [T, Hq, D], this step's k/v [T, Hkv, D] (already stored in the pool).
 
     Returns [T, Hq, D]. GQA: Hq is a multiple of Hkv. The last dim of every tensor must be contiguous. A quantized
-    pool (int8 / fp8 codes) comes with its bf16 scales [slots, Hkv]. A `softcap` or `window` (Gemma's soft-capped
-    scores, sliding-window layers) runs the torch reference: these kernels have neither yet.
+    pool (int8 / fp8 codes) comes with its bf16 scales [slots, Hkv]. `softcap` turns scores s into
+    tanh(s / softcap) * softcap before the softmax; `window` lets a query see only the `window` latest keys.
     """
-    if softcap is not None or window is not None:
-        return torch_paged_attention(q, k, v, k_cache, v_cache, meta, scale, k_scale=k_scale, v_scale=v_scale,
-                                     softcap=softcap, window=window)
+    opts = _ScoreOptions(softcap, window)
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
     out = torch.empty_like(q)
     plan = _plan_for(meta, q.device)
     pool = _pool(k_cache, v_cache, k_scale, v_scale)
     if plan.decode_rows is not None and len(plan.decode_rows) > 0:
-        _decode(q, pool, out, plan, meta.page_size, scale)
+        _decode(q, pool, out, plan, meta.page_size, scale, opts)
     if plan.extend_blocks is not None and len(plan.extend_blocks) > 0:
-        _extend(q, k, v, pool, out, plan, meta.page_size, scale)
+        _extend(q, k, v, pool, out, plan, meta.page_size, scale, opts)
     return out

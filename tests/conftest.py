@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -17,10 +18,13 @@ _ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
 os.environ.setdefault("PYTHONSAFEPATH", "1")
 
+# Without a GPU the Triton kernels run in its interpreter, a switch read when `triton` is first imported: set it
+# before collection, since transformers' model code (imported by some test modules) can import triton first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    import torch
-
     torch.set_num_threads(1)
 
 

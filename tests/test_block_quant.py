@@ -79,8 +79,8 @@ def test_bad_rows_and_types_are_one_line_checkpoint_errors():
         BlockQuantLinear(256, 8, GGMLType.Q4_K, False, torch.float32).load_rows(0, torch.zeros(8, 256))
     with pytest.raises(CheckpointError, match="multiples of 256"):
         BlockQuantLinear(576, 8, GGMLType.Q6_K, False, torch.float32)
-    with pytest.raises(CheckpointError, match="tensor blk.0.ffn_up.weight: GGML tensor type Q5_0 is not supported"):
-        checkpoint_type(6, "blk.0.ffn_up.weight")
+    with pytest.raises(CheckpointError, match="tensor blk.0.ffn_up.weight: GGML tensor type Q5_1 is not supported"):
+        checkpoint_type(7, "blk.0.ffn_up.weight")
 
 
 def _smollm2_gguf():

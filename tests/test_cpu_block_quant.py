@@ -20,7 +20,7 @@ import torch
 from kernel_paths import needs_kernels, path_params
 from test_ggml_quants import random_rows
 
-from sprig.kernels.cpu_block_quant import bq_embedding, bq_linear, bq_supports
+from sprig.kernels.cpu_block_quant import KERNEL_TYPES, bq_embedding, bq_linear, bq_supports
 from sprig.kernels.cpu_int8 import Int8Isa, int8_isa
 from sprig.kernels.cpu_native import native_kernels
 from sprig.kernels.ggml_quants import GGMLType, dequantize
@@ -103,7 +103,7 @@ def test_fp32_a_bias_odd_sizes_and_strided_rows(isa):
 
 
 @needs_kernels
-@pytest.mark.parametrize("qtype", [t for t in GGMLType if t.quantized], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", KERNEL_TYPES, ids=lambda t: t.name)
 def test_embedding_rows_are_bit_identical_to_the_reference(qtype):
     raw = random_rows(qtype, 50, 512)
     table = dequantize(raw, qtype, 512)

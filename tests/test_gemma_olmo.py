@@ -93,3 +93,39 @@ def test_tensor_and_pipeline_parallel_give_the_greedy_tokens_of_one_process(name
 def test_olmo2_refuses_tensor_parallelism():
     with pytest.raises(ValueError, match="Olmo2ForCausalLM with tensor parallelism is not supported yet"):
         Engine(str(checkpoint_path("tiny-olmo2")), tp_size=2, **PARALLEL)
+
+
+@pytest.fixture(scope="module")
+def gemma3_multimodal(tmp_path_factory):
+    """A tiny Gemma3ForConditionalGeneration whose language model is tiny-gemma3's, with a one-layer vision tower."""
+    from transformers import AutoModelForCausalLM, Gemma3Config, Gemma3ForConditionalGeneration
+
+    text = AutoModelForCausalLM.from_pretrained(checkpoint_path("tiny-gemma3"), dtype=torch.float32).eval()
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14}
+    config = Gemma3Config(text_config=text.config.to_dict(), vision_config=vision, mm_tokens_per_image=4,
+                          image_token_index=2047, boi_token_index=2045, eoi_token_index=2046)
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    model = Gemma3ForConditionalGeneration(config).eval()
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    folder = tmp_path_factory.mktemp("tiny-gemma3-multimodal")
+    model.save_pretrained(folder)
+    return folder, model
+
+
+def test_gemma3_multimodal_checkpoint_serves_its_language_model(gemma3_multimodal):
+    """`gemma3` (Gemma3ForConditionalGeneration): the text config and the `language_model` weights are read, the
+    vision tower's are skipped; the logits are transformers' on text-only input."""
+    from sprig.runtime.model.kv_pool import KVPool, PoolSize
+    from sprig.runtime.model.loader import load_model
+    from sprig.runtime.model.runner import ModelRunner, SeqInput
+
+    folder, hf = gemma3_multimodal
+    model = load_model(folder, "float32")
+    assert model.cfg.architecture == "Gemma3ForConditionalGeneration" and model.cfg.parts.local_rope_theta == 100.0
+    runner = ModelRunner(model, KVPool(model.cfg, PoolSize(16, 16), torch.float32))
+    ids = random.Random(3).sample(range(3, 2000), 40)
+    out = runner.forward([SeqInput(ids, 0, runner.pool.alloc(3), all_logits=True)])
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([ids])).logits[0]
+    assert (out.logits - ref).abs().max().item() < 1e-4

@@ -15,8 +15,8 @@ from sprig.kernels.ggml_quants import QUANTIZABLE, GGMLType, dequantize, ggml_ty
 GGML_TYPES = [t for t in GGMLType if t.ggml]  # the gguf package knows these; Q4_G128 is sprig's own
 
 # Byte offsets of each block's float16 fields.
-F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2),
-              GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.Q4_G128: (0,)}
+F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q8_0: (0,),
+              GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.Q4_G128: (0,)}
 
 
 def random_rows(qtype: GGMLType, rows: int, cols: int, seed: int = 0) -> torch.Tensor:
@@ -64,8 +64,8 @@ def test_block_sizes_match_gguf():
 
 
 def test_unsupported_types_and_shapes_are_one_line_errors():
-    with pytest.raises(ValueError, match="GGML tensor type Q5_0 is not supported"):
-        ggml_type(int(gguf.GGMLQuantizationType.Q5_0))
+    with pytest.raises(ValueError, match="GGML tensor type Q5_1 is not supported"):
+        ggml_type(int(gguf.GGMLQuantizationType.Q5_1))
     with pytest.raises(ValueError, match="cannot quantize to Q4_K"):
         quantize(torch.zeros(2, 256), GGMLType.Q4_K)
     with pytest.raises(ValueError, match="multiples of 32"):

@@ -66,13 +66,13 @@ def _meta_to(meta: ref.AttentionMetadata, device: str) -> ref.AttentionMetadata:
     )
 
 
-def _check(dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens):
+def _check(dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens, **options):
     (q, k, v, k_cache, v_cache, slots), meta = _scenario(
         dtype, n_q_heads, n_kv_heads, head_dim, page_size, ext_lens, prefix_lens
     )
     ref.store_kv(k_cache, v_cache, slots, k, v)
-    expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5)
-    got = tri.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5)
+    expected = ref.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5, **options)
+    got = tri.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5, **options)
     tol = TOL[dtype]
     torch.testing.assert_close(got.float(), expected.float(), atol=tol, rtol=tol)
 
@@ -117,6 +117,15 @@ def test_extend_with_and_without_prefix(dtype, group, head_dim, page_size):
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_mixed_decode_and_extend_batch(dtype, page_size, many_splits):
     _check(dtype, 8, 2, 64, page_size, [1, 7, 1, 33, 1, 2], [200, 0, 3, 64, 0, 90])
+
+
+@pytest.mark.parametrize("options", [{"softcap": 0.5}, {"window": 9}, {"softcap": 0.5, "window": 40}],
+                         ids=["softcap", "window", "both"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_softcap_and_sliding_window_match_the_reference(options, page_size, many_splits):
+    """Gemma's scores: decode rows and extends (with prefixes longer than the window, blocks past it) masked and
+    capped as the torch reference does."""
+    _check(torch.float32, 4, 2, 64, page_size, [1, 7, 1, 70, 1, 2], [200, 0, 3, 64, 0, 90], **options)
 
 
 def test_long_decode_splits_are_merged(many_splits):

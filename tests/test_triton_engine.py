@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from sprig.runtime.model.checkpoints import checkpoint_path
+
 pytest.importorskip("triton", reason="triton is not installed")
 
 SCRIPT = """
@@ -27,10 +29,12 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
-def test_triton_backend_matches_torch_backend(tiny_paths, kv_cache_dtype):
+@pytest.mark.parametrize(("name", "kv_cache_dtype"), [("tiny-qwen3", "auto"), ("tiny-qwen3", "fp8_e4m3"),
+                                                     ("tiny-gemma2", "auto"), ("tiny-gemma3", "auto")])
+def test_triton_backend_matches_torch_backend(name, kv_cache_dtype):
+    """Gemma 2 / 3: soft-capped scores and sliding-window layers in the Triton kernels, past the window of 8."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tiny_paths["tiny-qwen3"]), kv_cache_dtype],
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(checkpoint_path(name)), kv_cache_dtype],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

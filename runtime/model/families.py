@@ -200,8 +200,8 @@ def text_config(raw: dict[str, Any]) -> dict[str, Any]:
     archs = raw.get("architectures") or []
     if archs[:1] != ["Gemma3ForConditionalGeneration"]:
         return raw
-    text = dict(raw.get("text_config") or {})
-    for key in ("architectures", "eos_token_id", "dtype", "torch_dtype", "tie_word_embeddings"):
+    text = {**(raw.get("text_config") or {}), "architectures": archs}  # why: the loader maps its tensor names
+    for key in ("eos_token_id", "dtype", "torch_dtype", "tie_word_embeddings"):
         if key in raw and key not in text:
             text[key] = raw[key]
     text.setdefault("tie_word_embeddings", True)  # Gemma3Config's default

@@ -1,4 +1,5 @@
-"""sprig's `ModelConfig` from a GGUF file's metadata (llama.cpp's `{arch}.*` keys) for llama, mistral, qwen2, qwen3.
+"""sprig's `ModelConfig` from a GGUF file's metadata (llama.cpp's `{arch}.*` keys) for llama, mistral, qwen2, qwen3
+and gemma3 (its family parts: `_parts`).
 
 GGUF files converted from Mistral models usually say `llama`; the decoder is the same. Tied embeddings are a file
 without `output.weight`; qwen2's q/k/v biases and qwen3's q/k norms are read from the tensors that carry them.
@@ -13,10 +14,14 @@ import numpy as np
 
 from sprig.runtime.errors import CheckpointError
 from sprig.runtime.model.config import ModelConfig, RopeConfig
+from sprig.runtime.model.families import Activation, LayerParts, NormPlacement
 from sprig.runtime.model.gguf_file import GGUFFile
 
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                      "qwen3": "Qwen3ForCausalLM"}
+                      "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+# What llama.cpp fixes for Gemma 3 rather than storing: every 6th layer attends fully, the sliding layers' rope base
+GEMMA3_SLIDING_PERIOD = 6
+GEMMA3_LOCAL_ROPE_THETA = 10_000.0
 ROPE_SCALING = {"none": "default", "linear": "linear", "yarn": "yarn"}  # llama.cpp's names -> sprig's rope types
 
 
@@ -72,7 +77,24 @@ def _config(gguf: GGUFFile) -> ModelConfig:
         torch_dtype="float32" if gguf.file_type in ("F32", "F16") else "bfloat16",
         eos_token_ids=_stop_ids(gguf),
         context_length=context,
+        parts=_parts(gguf, hidden, head_dim),
     )
+
+
+def _parts(gguf: GGUFFile, hidden: int, head_dim: int) -> LayerParts:
+    """Gemma 3's parts (the other architectures: Llama's). The file's norm weights hold 1 + w already (llama.cpp's
+    converter adds the 1), so no offset is folded in; the query scale is head_dim ** -0.5 as llama.cpp uses for
+    every size but 27B, which is refused."""
+    if gguf.arch != "gemma3":
+        return LayerParts()
+    layers = int(gguf.require("gemma3.block_count"))
+    if layers == 62:  # why: 27B's query_pre_attn_scalar is hidden / heads, which the metadata does not carry
+        raise CheckpointError(f"{gguf.path.name}: Gemma 3 27B GGUF files are not supported yet")
+    window = int(gguf.require("gemma3.attention.sliding_window"))
+    windows = tuple(window if (i + 1) % GEMMA3_SLIDING_PERIOD else None for i in range(layers))
+    return LayerParts(norm_scale_fp32=True, norms=NormPlacement.SANDWICH, activation=Activation.GELU_TANH,
+                      embedding_multiplier=hidden**0.5, round_embedding_multiplier=True, attention_scale=head_dim**-0.5,
+                      layer_windows=windows, local_rope_theta=GEMMA3_LOCAL_ROPE_THETA)
 
 
 def _rope(gguf: GGUFFile) -> RopeConfig:

@@ -130,12 +130,12 @@ def use_block_quant(model: CausalLM, gguf: GGUFFile) -> None:
     for parent in list(model.modules()):
         for child_name, child in parent.named_children():
             kinds = sources.get(child)
-            if kinds is None or len(kinds) != 1 or not next(iter(kinds)).quantized:
+            qtype = next(iter(kinds)) if kinds is not None and len(kinds) == 1 else None
+            if qtype is None or not qtype.quantized or qtype.dequantized_at_load:
                 if kinds is not None and len(kinds) > 1:
                     logger.info("%s mixes GGML types %s: held in %s", child_name,
                                 "/".join(sorted(k.name for k in kinds)), model.dtype)
                 continue
-            qtype = next(iter(kinds))
             setattr(parent, child_name, _block_quant_module(child, qtype, model.dtype))
 
 
