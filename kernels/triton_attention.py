@@ -86,14 +86,14 @@ def _page_slots(table_row_ptr, pos, valid, PAGE_SIZE: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION: tl.constexpr,
+def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap_log2, DOT_PRECISION: tl.constexpr,
                  SOFTCAP: tl.constexpr):
     """One online-softmax step: fold keys k / values v [N, D] (where `valid` [M, N]) into acc [M, D]. With
     SOFTCAP, scores s become tanh(s / softcap) * softcap (tanh as 2 sigmoid(2x) - 1: no tanh in every Triton)."""
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale_log2
     if SOFTCAP:
-        capped = 2.0 * tl.sigmoid(2.0 * (qk / (_LOG2E * softcap))) - 1.0
-        qk = capped * (softcap * _LOG2E)
+        capped = 2.0 * tl.sigmoid(2.0 * (qk / softcap_log2)) - 1.0
+        qk = capped * softcap_log2
     qk = tl.where(valid, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))  # m_i starts finite, so a fully masked tile gives no NaN
     alpha = tl.exp2(m_i - m_new)
@@ -107,7 +107,7 @@ def _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PREC
 def _decode_split_kernel(
     q_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, rows_ptr, table_ptr, lens_ptr, part_out_ptr, part_lse_ptr,
     q_row_stride, q_head_stride, kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride,
-    scale_slot_stride, table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2, softcap, window,
+    scale_slot_stride, table_stride, n_q_heads, group, head_dim, split_len, sm_scale_log2, softcap_log2, window,
     PAGE_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
@@ -137,7 +137,7 @@ def _decode_split_kernel(
                      kv_mask, valid, KV_KIND, q.dtype)
         v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                      kv_mask, valid, KV_KIND, q.dtype)
-        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, softcap,
+        acc, m_i, l_i = _attend_tile(q, k, v, valid[None, :], acc, m_i, l_i, sm_scale_log2, softcap_log2,
                                      DOT_PRECISION, SOFTCAP)
     nonempty = l_i > 0  # a split past the end of a short sequence saw no key
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -172,7 +172,7 @@ def _extend_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, out_ptr, seqs_ptr, blocks_ptr, table_ptr,
     q_row_stride, q_head_stride, k_row_stride, k_head_stride, v_row_stride, v_head_stride,
     kc_slot_stride, kc_head_stride, vc_slot_stride, vc_head_stride, scale_slot_stride, out_row_stride,
-    out_head_stride, table_stride, group, head_dim, sm_scale_log2, softcap, window,
+    out_head_stride, table_stride, group, head_dim, sm_scale_log2, softcap_log2, window,
     PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr, KV_KIND: tl.constexpr, SOFTCAP: tl.constexpr,
 ):  # fmt: skip
@@ -202,7 +202,7 @@ def _extend_kernel(
         v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                      kv_mask, valid, KV_KIND, q.dtype)
         seen = valid[None, :] & (pos[None, :] > prefix + rows[:, None] - window)  # query row r is at prefix + r
-        acc, m_i, l_i = _attend_tile(q, k, v, seen, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION, SOFTCAP)
+        acc, m_i, l_i = _attend_tile(q, k, v, seen, acc, m_i, l_i, sm_scale_log2, softcap_log2, DOT_PRECISION, SOFTCAP)
     # New tokens, causal: keys past this block's last row are never needed.
     for n0 in range(0, tl.minimum(ext, m0 + BLOCK_M), BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
@@ -217,7 +217,7 @@ def _extend_kernel(
             v = load_kv(vc_ptr + kvh * vc_head_stride, vs_ptr + kvh, slots, vc_slot_stride, scale_slot_stride, d,
                          kv_mask, pos < ext, KV_KIND, q.dtype)
         valid = (pos[None, :] < ext) & (pos[None, :] <= rows[:, None]) & (pos[None, :] > rows[:, None] - window)
-        acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap, DOT_PRECISION, SOFTCAP)
+        acc, m_i, l_i = _attend_tile(q, k, v, valid, acc, m_i, l_i, sm_scale_log2, softcap_log2, DOT_PRECISION, SOFTCAP)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows past ext saw nothing
     dst = out_ptr + (tok0 + rows)[:, None] * out_row_stride + h * out_head_stride + d[None, :]
     tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -358,7 +358,7 @@ def _decode(
         part_out, part_lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         pool.k_scale.stride(0), plan.decode_table.stride(0), n_q_heads, group, head_dim, split_len, scale * _LOG2E,
-        opts.softcap or 1.0, opts.window or _NO_WINDOW,
+        (opts.softcap or 1.0) * _LOG2E, opts.window or _NO_WINDOW,
         PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_G=max(_MIN_DOT_ROWS, triton.next_power_of_2(group)),
         BLOCK_N=_DECODE_BLOCK_N, BLOCK_D=block_d, DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind,
         SOFTCAP=opts.softcap is not None, num_warps=4, num_stages=2,
@@ -394,7 +394,7 @@ def _extend(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), pool.k_scale.stride(0),
         out.stride(0), out.stride(1), plan.extend_table.stride(0), group, head_dim, scale * _LOG2E,
-        opts.softcap or 1.0, opts.window or _NO_WINDOW,
+        (opts.softcap or 1.0) * _LOG2E, opts.window or _NO_WINDOW,
         PAGE_SIZE=page_size, BLOCK_M=_EXTEND_BLOCK_M, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
         DOT_PRECISION=dot_precision(q.dtype), KV_KIND=pool.kind, SOFTCAP=opts.softcap is not None,
         num_warps=warps, num_stages=2,

@@ -23,7 +23,7 @@ _PTR_ARGS_FP32 = {"part_out_ptr", "part_lse_ptr", "cs_ptr", "res_ptr", "new_res_
 _PTR_ARGS_I64 = {"rows_ptr", "table_ptr", "slots_ptr", "pos_ptr", "ids_ptr", "tile_expert_ptr"}
 _PTR_ARGS_U8 = {"raw_ptr"}  # GGML block-quantized weights, raw bytes
 _PTR_ARGS_I32 = {"lens_ptr", "seqs_ptr", "blocks_ptr", "mask_ptr"}
-_FLOAT_ARGS = {"eps", "sm_scale_log2"}
+_FLOAT_ARGS = {"eps", "sm_scale_log2", "softcap_log2"}
 SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}  # bytes of shared memory per block
 
 
