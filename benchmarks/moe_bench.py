@@ -14,24 +14,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
-from collections.abc import Callable
 
 import torch
+from bench_block_quant import best_us  # a script beside this one (its folder is on sys.path)
 
 from sprig.kernels.cpu_gemm import vec_isa
 from sprig.kernels.cpu_moe import cpu_fused_moe, pack_experts
 from sprig.kernels.moe import fused_moe, route
-
-
-def best_ms(fn: Callable[[], object], seconds: float) -> float:
-    fn()
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
 
 
 def active_bytes(logits: torch.Tensor, top_k: int, hidden: int, inter: int) -> int:
@@ -66,7 +55,7 @@ def run(args: argparse.Namespace) -> None:
 
         ref, got = torch_call(), fused_call()
         assert (ref.float() - got.float()).abs().max() < 0.1, "the kernels disagree"
-        slow, fast = best_ms(torch_call, args.seconds), best_ms(fused_call, args.seconds)
+        slow, fast = best_us(torch_call, args.seconds) / 1e3, best_us(fused_call, args.seconds) / 1e3
         gbs = active_bytes(logits, k, h, i) / fast / 1e6
         active = int(route(logits, k, True)[1].unique().numel())
         print(f"| {t} | {active} | {slow:.2f} | {fast:.2f} | {slow / fast:.2f}x | {gbs:.1f} |", flush=True)

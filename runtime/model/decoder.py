@@ -184,7 +184,11 @@ class MLP(nn.Module):
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, parts.mlp_bias, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.all_reduce(self.down_proj(self._activate(self.gate_up_proj(x))))
+        return self.tp.all_reduce(self.rank_output(x))
+
+    def rank_output(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's partial output, before the all-reduce (a MoE block sums it with its experts' first)."""
+        return self.down_proj(self._activate(self.gate_up_proj(x)))
 
     def _activate(self, h: torch.Tensor) -> torch.Tensor:
         if self.activation is Activation.SILU:
@@ -203,7 +207,6 @@ class SparseMoE(nn.Module):
         super().__init__()
         assert cfg.moe is not None  # DecoderLayer builds this block for MoE configs only
         moe = cfg.moe
-        self.ops = ops
         self.tp = tp
         self.gate = Linear(cfg.hidden_size, moe.num_experts, False, dtype)
         self.experts = Experts(moe, cfg.hidden_size, moe.intermediate_size, dtype, ops)
@@ -223,8 +226,7 @@ class SparseMoE(nn.Module):
         out = self.experts(x, self.gate(x))
         if self.shared_expert is not None:
             assert self.shared_expert_gate is not None  # built with the shared expert
-            mlp = self.shared_expert  # its parts, not its forward: the block all-reduces once
-            shared = mlp.down_proj(self.ops.silu_and_mul(mlp.gate_up_proj(x)))
+            shared = self.shared_expert.rank_output(x)  # not its forward: the block all-reduces once
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * shared
         return self.tp.all_reduce(out)
 
