@@ -35,6 +35,10 @@ class EngineConfig:
     disable_mixed_chunk: bool = False  # alternate prefill and decode steps instead of combining them
     schedule_conservativeness: float = 1.0  # scales the KV reserved for running requests' future tokens
     disable_radix_cache: bool = False
+    # Sliding-window layers keep their K/V in a region of their own, released as the window moves (SGLang's names):
+    # its size as a share of the full pool's tokens, or off (every layer keeps full K/V, masked).
+    swa_full_tokens_ratio: float = 0.8
+    disable_hybrid_swa_memory: bool = False
     # Hierarchical cache (SGLang's names): evicted prefixes and swapped-out requests keep their KV in a host tier.
     enable_hierarchical_cache: bool = False
     hicache_ratio: float = 2.0  # host tier size / device pool size
@@ -95,6 +99,8 @@ class EngineConfig:
             raise ValueError("max_total_tokens must be at least one page")
         if self.schedule_policy not in ("lpm", "fcfs"):
             raise ValueError("schedule_policy must be 'lpm' or 'fcfs'")
+        if not 0 < self.swa_full_tokens_ratio <= 1:
+            raise ValueError("swa_full_tokens_ratio must be in (0, 1]")
         if self.schedule_conservativeness < 0:
             raise ValueError("schedule_conservativeness must be >= 0")
         if self.tp_size < 1:
@@ -224,6 +230,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="fraction of free memory for the KV pool when --max-total-tokens is not given")
     memory.add_argument("--page-size", type=int, default=d.page_size, help="KV pool page size in tokens")
     memory.add_argument("--disable-radix-cache", action="store_true", help="do not reuse KV across requests")
+    memory.add_argument("--swa-full-tokens-ratio", type=float, default=d.swa_full_tokens_ratio,
+                        help="sliding-window layers' own KV region, as a share of the full pool's tokens")
+    memory.add_argument("--disable-hybrid-swa-memory", action="store_true",
+                        help="sliding-window layers keep full K/V in the one pool (masked) instead of their own region")
     memory.add_argument("--enable-hierarchical-cache", action="store_true",
                         help="keep evicted prefixes and swapped-out requests' KV in a host tier instead of dropping it")
     memory.add_argument("--hicache-ratio", type=float, default=d.hicache_ratio,

@@ -27,7 +27,8 @@ from sprig.runtime.engine.spec.verify import Verdict, VerifyRow, verify
 from sprig.runtime.engine.steps import EngineCounters, Row, Sampled
 from sprig.runtime.errors import RequestError
 from sprig.runtime.model.checkpoint_source import checkpoint_config, checkpoint_format
-from sprig.runtime.model.kv_pool import KVPool, choose_pool_size
+from sprig.runtime.model.config import ModelConfig
+from sprig.runtime.model.kv_pool import KVPool, choose_pool_size, sliding_layers, sliding_pool_spec
 from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.named_models import model_location
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
@@ -37,6 +38,24 @@ logger = logging.getLogger(__name__)
 
 
 __all__ = ["EngineCore", "EngineCounters"]
+
+
+def sliding_ratio(config: EngineConfig, model_cfg: ModelConfig) -> float | None:
+    """The share of the pool's tokens the sliding-window layers' own region gets, or None: no such region (no layer
+    slides, it is turned off, or a combination that does not carry it yet, where every layer keeps full K/V)."""
+    try:
+        if sliding_layers(model_cfg) is None:
+            return None
+    except ValueError as e:
+        logger.info("sliding-window layers keep full K/V: %s", e)
+        return None
+    off = ("--disable-hybrid-swa-memory" if config.disable_hybrid_swa_memory
+           else "the host tier" if config.enable_hierarchical_cache
+           else "tensor / pipeline parallelism" if config.tp_size > 1 or config.pp_size > 1 else None)
+    if off is not None:
+        logger.info("sliding-window layers keep full K/V (masked): their own region is not built with %s", off)
+        return None
+    return config.swa_full_tokens_ratio
 
 
 class EngineCore:
@@ -66,9 +85,13 @@ class EngineCore:
         dtype = resolve_dtype(config.dtype, model_cfg)
         if self.tp is None:
             kv_dtype = KVCacheDtype.parse(config.kv_cache_dtype)
+            ratio = sliding_ratio(config, self.model_config)
             size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
-                                    config.mem_fraction, config.device, kv_dtype)
-            self.pool = KVPool(self.model_config, size, dtype, config.device, kv_dtype)
+                                    config.mem_fraction, config.device, kv_dtype, ratio)
+            window = sliding_layers(self.model_config)
+            sliding = None if ratio is None or window is None else sliding_pool_spec(
+                self.model_config, size, ratio, window[1] + config.chunked_prefill_size + 2 * config.page_size)
+            self.pool = KVPool(self.model_config, size, dtype, config.device, kv_dtype, sliding)
         else:
             assert self.tp.pool is not None
             self.pool = self.tp.pool  # this rank's KV heads, as many slots as the tightest rank allows

@@ -4,6 +4,9 @@ tier, the loads back from it and swap preemption).
 A request's `pages` cover tokens [0, kv_len). The first `cached_len` tokens' pages belong to the tree and are
 pinned by a lock on `request.node`; the rest belong to the request. Everything here keeps the invariant
 free + evictable + protected == pool size whenever no request holds pages of its own.
+
+With a sliding region in the pool, `sliding_kv.py` decides which sliding pages a request still reads and which the
+tree keeps; a prefix hit is cut where the window before it lacks sliding K/V (its docstring says why that is exact).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 from sprig.radix import HiRadixCache, MatchResult, RadixCache
 from sprig.runtime.engine.host_tier import FallbackReason, HiCacheCounters, HostTier, PreemptMode, PrefixHit
 from sprig.runtime.engine.request import Request
+from sprig.runtime.engine.sliding_kv import SlidingWindowKV
 from sprig.runtime.model.kv_pool import KVPool, page_slots, slot_pages
 
 SWAP_MAX_TIER_SHARE = 0.25  # a swap may push out at most this share of the host tier's cached prefixes
@@ -25,12 +29,15 @@ class KVCacheManager:
                  swap_min_tokens: int = 0, counters: HiCacheCounters | None = None) -> None:
         if host is not None and not isinstance(tree, HiRadixCache):
             raise ValueError("a host tier needs a HiRadixCache over it")
+        if host is not None and pool.sliding is not None:
+            raise ValueError("the host tier does not hold a sliding-window region's pages yet")
         self.pool = pool
         self.tree = tree
         self.host = host
         self.swap_min_tokens = swap_min_tokens
         self.counters = counters if counters is not None else HiCacheCounters()
         self.page_size = pool.page_size
+        self.sliding = SlidingWindowKV(pool) if pool.sliding is not None else None
 
     # --- sizes -----------------------------------------------------------------------------------------
     @property
@@ -54,11 +61,17 @@ class KVCacheManager:
         device = len(result.slots)
         if result.host_len and self.host is not None:
             result = self.load(result)
-        n = len(result.slots)
+        pages = slot_pages(result.slots, self.page_size)
+        if self.sliding is not None:  # why: the sliding layers need the window before the first computed token
+            pages = pages[: self.sliding.usable_pages(pages)]
+            device = len(pages) * self.page_size
+        n = len(pages) * self.page_size
         self.tree.lock(result.node)
         req.node = result.node
-        req.pages = slot_pages(result.slots, self.page_size)
+        req.pages = pages
         req.cached_len = req.kv_len = n
+        if self.sliding is not None:
+            self.sliding.adopt(req)
         return PrefixHit(device, n - device)
 
     def count_hit(self, hit: PrefixHit) -> None:
@@ -89,6 +102,8 @@ class KVCacheManager:
     # --- allocation ------------------------------------------------------------------------------------
     def ensure_capacity(self, req: Request, num_tokens: int) -> bool:
         """Make req.pages cover `num_tokens` tokens, evicting cached prefixes if needed; False if impossible."""
+        if self.sliding is not None:
+            self.sliding.advance(req)  # the pages before the window of its next token: no longer read by it
         need = self.pages_for(num_tokens) - len(req.pages)
         if need <= 0:
             return True
@@ -97,24 +112,33 @@ class KVCacheManager:
         pages = self.pool.alloc(need)
         assert pages is not None
         req.pages.extend(pages)
+        if self.sliding is not None:
+            self.sliding.allocated(pages)
         return True
 
     def _make_free(self, num_pages: int) -> bool:
         short = num_pages - self.pool.num_free_pages
         if short > 0 and self.tree.evictable_size >= short * self.page_size:
             self._free_slots(self.tree.evict(short * self.page_size))
+        if self.sliding is not None and not self.sliding.make_room(num_pages):
+            return False
         return self.pool.num_free_pages >= num_pages
 
     def _free_slots(self, slots: np.ndarray) -> None:
         if len(slots):
-            self.pool.free(slot_pages(slots, self.page_size))
+            self._free_pages(slot_pages(slots, self.page_size))
+
+    def _free_pages(self, pages: list[int]) -> None:
+        if self.sliding is not None:
+            self.sliding.forget(pages)
+        self.pool.free(pages)
 
     def trim(self, req: Request) -> int:
         """Give back the pages beyond those req's computed tokens need (rejected draft positions); returns how many."""
         keep = max(self.pages_for(req.kv_len), self.pages_for(req.cached_len))
         extra = req.pages[keep:]
         if extra:
-            self.pool.free(extra)
+            self._free_pages(extra)
             del req.pages[keep:]
         return len(extra)
 
@@ -131,7 +155,10 @@ class KVCacheManager:
         already = self.tree.insert(req.fill_ids[:aligned], slots, namespace=req.namespace)
         # Pages the tree already had in [cached_len, already) are duplicates of ours.
         dup = req.pages[req.cached_len // p : already // p]
-        self.pool.free(dup)
+        if self.sliding is not None and dup:  # the tree's copies lacking sliding K/V take ours
+            tree_pages = slot_pages(self.tree.match_prefix(req.fill_ids[:already], namespace=req.namespace).slots, p)
+            self.sliding.received(self.pool.move_sliding(tree_pages[req.cached_len // p :], dup))
+        self._free_pages(dup)
         return aligned
 
     def cache_unfinished(self, req: Request) -> None:
@@ -146,19 +173,24 @@ class KVCacheManager:
         self.tree.unlock(req.node)
         req.node = result.node
         tree_pages = slot_pages(result.slots, self.page_size)
+        old_pages, from_page = req.pages, req.cached_len // self.page_size
         req.pages = tree_pages + req.pages[aligned // self.page_size :]
         req.cached_len = aligned
+        if self.sliding is not None:
+            self.sliding.cached(req, old_pages, from_page)
 
     def release(self, req: Request, cache: bool = True) -> None:
         """Drop everything req holds; its computed whole pages go to the tree first when `cache`."""
         p = self.page_size
         if req.node is None:
             return
+        if self.sliding is not None:
+            self.sliding.end(req)
         aligned = self._insert(req) if cache else -1
         if aligned < 0:
-            self.pool.free(req.pages[req.cached_len // p :])
+            self._free_pages(req.pages[req.cached_len // p :])
         else:
-            self.pool.free(req.pages[aligned // p :])
+            self._free_pages(req.pages[aligned // p :])
         self.tree.unlock(req.node)
         req.node = None
         req.pages = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class ModelConfig:
     tie_word_embeddings: bool
     torch_dtype: str  # the checkpoint's own dtype, what `--dtype auto` picks
     eos_token_ids: tuple[int, ...]
-    context_length: int  # the longest sequence sprig serves (a sliding window caps it)
+    context_length: int  # the longest sequence sprig serves
     moe: MoEConfig | None = None  # Mixtral, Qwen2-MoE, Qwen3-MoE: experts in place of the MLP in some layers
     parts: LayerParts = LayerParts()  # the family's norms, MLP, residual wiring, rope, windows and multipliers
 
@@ -108,6 +108,16 @@ def _sliding_window(raw: dict[str, Any]) -> int | None:
     return int(window)
 
 
+def _single_window_layers(raw: dict[str, Any], window: int, num_layers: int) -> tuple[int | None, ...]:
+    """Mistral-style configs' one `sliding_window` as per-layer windows: every layer slides, or those `layer_types`
+    names (transformers 5 writes it), or Qwen2's layers from `max_window_layers` on."""
+    types = raw.get("layer_types")
+    if isinstance(types, list) and len(types) == num_layers:
+        return tuple(window if t == "sliding_attention" else None for t in types)
+    first = int(raw["max_window_layers"]) if "max_window_layers" in raw and "use_sliding_window" in raw else 0
+    return tuple(window if i >= first else None for i in range(num_layers))
+
+
 def load_model_config(folder: str | Path) -> ModelConfig:
     """Parse `folder/config.json`; raise CheckpointError with one clear line on anything unsupported."""
     folder = Path(folder)
@@ -132,12 +142,10 @@ def load_model_config(folder: str | Path) -> ModelConfig:
         hidden = int(raw["hidden_size"])
         max_pos = int(raw.get("max_position_embeddings", 4096))
         parts = layer_parts(arch, raw, hidden, int(raw["num_hidden_layers"]))
-        window = None if parts.layer_windows else _sliding_window(raw)  # why: per-layer windows are masked
+        window = None if parts.layer_windows else _sliding_window(raw)  # None: the family set per-layer windows
+        if window is not None and window < max_pos:  # served over the whole context, attending within the window
+            parts = replace(parts, layer_windows=_single_window_layers(raw, window, int(raw["num_hidden_layers"])))
         context = max_pos
-        if window is not None and window < max_pos:
-            # Full attention equals sliding-window attention while sequences fit in the window.
-            logger.warning("sliding window %d < %d positions: serving context capped at %d", window, max_pos, window)
-            context = window
         return ModelConfig(
             architecture=arch,
             vocab_size=int(raw["vocab_size"]),

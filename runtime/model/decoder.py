@@ -44,6 +44,22 @@ class ForwardBatch:
     out_slots: torch.Tensor  # int64 [T]: pool slot receiving each token's K/V
     attn: AttentionMetadata
     logits_rows: torch.Tensor | None  # int64 [R]: rows whose next-token logits are wanted; None: every row
+    sliding: SlidingInputs | None = None  # where sliding layers' K/V go, when they have their own pool region
+
+    def kv_inputs(self, sliding_layer: bool) -> tuple[torch.Tensor, AttentionMetadata]:
+        """The output slots and attention layout a layer reads: the sliding region's for a sliding layer when
+        the pool has one (`kv_pool.py`), else the full pool's."""
+        if sliding_layer and self.sliding is not None:
+            return self.sliding.out_slots, self.sliding.attn
+        return self.out_slots, self.attn
+
+
+@dataclass(frozen=True)
+class SlidingInputs:
+    """The same tokens' slots and page tables in the sliding region of the pool (each full page mapped)."""
+
+    out_slots: torch.Tensor  # int64 [T]
+    attn: AttentionMetadata
 
 
 class RMSNorm(nn.Module):
@@ -164,8 +180,9 @@ class Attention(nn.Module):
             self.ops.hadamard_rotate_(k)
         # A quantized pool (int8 / fp8 codes) comes with its scales; every backend's store and attention take them.
         scales = {} if k_scale is None else {"k_scale": k_scale, "v_scale": v_scale}
-        self.ops.store_kv(k_cache, v_cache, batch.out_slots, k, v, **scales)
-        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, batch.attn, self.scale, **scales, **self.options)
+        out_slots, attn = batch.kv_inputs(self.window is not None)
+        self.ops.store_kv(k_cache, v_cache, out_slots, k, v, **scales)
+        out = self.ops.paged_attention(q, k, v, k_cache, v_cache, attn, self.scale, **scales, **self.options)
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, cfg.q_size)))
 
 

@@ -23,7 +23,7 @@ import torch
 
 from sprig.kernels.attention import AttentionMetadata
 from sprig.runtime.model.cpu_graph import CpuGraph, GraphCaptureError, capture
-from sprig.runtime.model.decoder import CausalLM, ForwardBatch
+from sprig.runtime.model.decoder import CausalLM, ForwardBatch, SlidingInputs
 from sprig.runtime.model.kv_pool import KVPool
 
 logger = logging.getLogger(__name__)
@@ -121,8 +121,27 @@ class ModelRunner:
             attn=attn.to(dev),
             # Ascending rows, so as many as there are tokens is every row: no gather (every row of a decode step)
             logits_rows=None if len(logits_rows) == t else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+            sliding=self._sliding_inputs(seqs, slots, page_tables),
         )
         return batch, row_start, row_count
+
+    def _sliding_inputs(self, seqs: Sequence[SeqInput], slots: list[int], tables: list[torch.Tensor]
+                        ) -> SlidingInputs | None:
+        """The batch's slots and page tables mapped into the pool's sliding region, when it has one."""
+        sliding = self.pool.sliding
+        if sliding is None:
+            return None
+        p = self.page_size
+        full = np.asarray(slots, dtype=np.int64)
+        mapped = sliding.page_of[full // p] * p + full % p
+        attn = AttentionMetadata.build(p, [len(s.token_ids) for s in seqs], [s.prefix_len for s in seqs],
+                                       [torch.from_numpy(sliding.page_of[t.numpy()]) for t in tables],
+                                       split_shared_prefixes=False)  # why: windowed layers never read the groups
+        return SlidingInputs(torch.from_numpy(mapped).to(self.device), attn.to(self.device))
+
+    @property
+    def page_size(self) -> int:
+        return self.pool.page_size
 
     def launch(self, seqs: Sequence[SeqInput]) -> StepHandle:
         """Start a step; `collect` returns its output."""
@@ -170,6 +189,14 @@ class DecodeGraphRunner:
         self.mask = torch.zeros(b, 1, 1, self.max_pages * pool.page_size, dtype=torch.bool, device=dev)
         self.lens = torch.ones(b, dtype=torch.int64, device=dev)
         self.rows = torch.arange(b, device=dev)
+        # The sliding region's page tables and slots of the same rows (`kv_pool.py`), when the pool has one.
+        self.sliding = pool.sliding
+        self.sliding_pages: torch.Tensor | None = None
+        self.sliding_slots: torch.Tensor | None = None
+        if self.sliding is not None:
+            scratch = self.sliding.scratch_page
+            self.sliding_pages = torch.full_like(self.pages, scratch)
+            self.sliding_slots = torch.full_like(self.out_slots, scratch * pool.page_size)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.cpu_graphs: dict[int, CpuGraph] = {}
@@ -194,7 +221,11 @@ class DecodeGraphRunner:
     def _batch(self, b: int) -> ForwardBatch:
         meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], (),
                                  decode_lens=self.lens[:b])
-        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None)
+        sliding = None
+        if self.sliding_pages is not None and self.sliding_slots is not None:
+            sliding = SlidingInputs(self.sliding_slots[:b], AttentionMetadata(
+                self.page_size, self.rows[:b], self.sliding_pages[:b], self.mask[:b], (), decode_lens=self.lens[:b]))
+        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None, sliding)
 
     def _fill(self, seqs: Sequence, b: int, with_mask: bool = True) -> None:
         """Copy this step's inputs into the static buffers; rows past len(seqs) become harmless padding. The mask
@@ -213,8 +244,12 @@ class DecodeGraphRunner:
             slots[i] = s.pages[s.prefix_len // p] * p + s.prefix_len % p
         lens[: len(seqs)] = pos[: len(seqs)] + 1
         nb = self.device.type == "cuda"
-        for buf, values in ((self.input_ids, ids), (self.positions, pos), (self.out_slots, slots),
-                            (self.pages, pages), (self.lens, lens)):
+        fills = [(self.input_ids, ids), (self.positions, pos), (self.out_slots, slots), (self.pages, pages),
+                 (self.lens, lens)]
+        if self.sliding is not None and self.sliding_pages is not None and self.sliding_slots is not None:
+            page_of = self.sliding.page_of  # the full scratch page maps to the sliding one
+            fills += [(self.sliding_pages, page_of[pages]), (self.sliding_slots, page_of[slots // p] * p + slots % p)]
+        for buf, values in fills:
             buf[:b].copy_(torch.from_numpy(values), non_blocking=nb)
         if with_mask:
             mask = torch.arange(self.max_pages * p).unsqueeze(0) < torch.from_numpy(lens).unsqueeze(1)
