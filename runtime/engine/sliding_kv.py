@@ -64,13 +64,14 @@ class SlidingWindowKV:
         """How many of a cached prefix's pages can be used: the most k such that the window before token k * page
         has its sliding K/V (0 always can)."""
         present = self.pool.has_sliding(pages)
-        missing = np.flatnonzero(~present)
-        for k in range(len(pages), 0, -1):
-            # the last missing page before k must come before the first page the query at k * page reads
-            i = np.searchsorted(missing, k) - 1
-            if i < 0 or missing[i] < self.first_page(k * self.page_size):
-                return k
-        return 0
+        if present.all():
+            return len(pages)
+        last_missing = np.maximum.accumulate(np.where(present, -1, np.arange(len(pages))))
+        ks = np.arange(1, len(pages) + 1)
+        first = np.maximum(ks * self.page_size - self.window + 1, 0) // self.page_size
+        # the last missing page before k must come before the first page the query at k * page reads
+        ok = np.flatnonzero(last_missing < first)
+        return int(ks[ok[-1]]) if len(ok) else 0
 
     # --- a request's window ----------------------------------------------------------------------------------------
     def adopt(self, req: Request) -> None:

@@ -39,7 +39,8 @@ def engine_facts(core: EngineCore) -> list[tuple[str, str]]:
         ("decode graphs", _graphs_fact(core)),
         ("overlap schedule", _overlap_fact(core.schedule.overlap_off)),
         ("threads", threads),
-        ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"),
+        ("KV pool", f"{pool.size.num_tokens} tokens, {gib:.2f} GiB, page size {pool.page_size}{_kv_storage(pool)}"
+                    f"{_sliding_region(pool)}"),
         ("radix cache", "off (--disable-radix-cache)" if cfg.disable_radix_cache else "on"),
         ("host KV tier", _host_tier_fact(core)),
         ("grammar backend", f"{GRAMMAR_BACKENDS[cfg.grammar_backend]}, {cfg.grammar_workers} compile workers"),
@@ -110,6 +111,15 @@ def _speculative_fact(cfg: EngineConfig) -> str:
     draft = f", draft model {cfg.speculative_draft_model_path}" if cfg.speculative_algorithm == "draft" else ""
     adaptive = "fixed" if cfg.speculative_disable_adaptive else "adaptive"
     return f"{cfg.speculative_algorithm}{draft}, up to {cfg.speculative_num_draft_tokens} draft tokens ({adaptive})"
+
+
+def _sliding_region(pool: KVPool) -> str:
+    """The sliding-window layers' own region, when they have one."""
+    if pool.sliding is None:
+        return ""
+    spec = pool.sliding.spec
+    return (f"; {len(spec.layers)} sliding-window layers in a region of {spec.num_pages * pool.page_size} tokens "
+            f"(window {spec.window})")
 
 
 def _kv_storage(pool: KVPool) -> str:
