@@ -238,7 +238,7 @@ def test_gemma3_270m_2k_prompt_holds_sliding_kv_within_the_window(gemma3_270m):
     print(f"\ngemma3-270m, one 2,055-token request: {before / 2**20:.1f} MiB of KV with every layer full, "
           f"{after / 2**20:.1f} MiB with the sliding region ({most_sliding} of {full_pages} pages in the sliding "
           f"layers)")
-    assert after < before / 3
+    assert after < 0.4 * before  # (3 x 129 + 15 x 33) / (18 x 129) pages' worth
 
 
 @pytest.mark.slow
