@@ -121,6 +121,8 @@ def test_batched_cached_preempted_and_squeezed_output_equals_each_request_alone(
         {"page_size": 4, "max_total_tokens": 400, "chunked_prefill_size": 32},  # too small for the batch: preempts
         # the smallest sliding region (a window and a chunk): idle cached pages give way, requests are preempted
         {"page_size": 4, "swa_full_tokens_ratio": 0.01, "chunked_prefill_size": 16},
+        {"page_size": 4, "enable_overlap_schedule": True},  # the next step's pages are planned beside the forward
+        {"page_size": 4, "speculative_algorithm": "ngram"},  # verify rows allocate ahead, rejected pages go back
     )
     for options in settings:
         with Engine(model_path, dtype="float32", **{"max_total_tokens": 4096, **options}) as engine:

@@ -214,13 +214,15 @@ class EngineCore:
     def seq_input(self, s: ScheduledSeq) -> SeqInput:
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
-        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s))
+        return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s),
+                        sliding_pages=self.kv.sliding_table(req))
 
     def verify_input(self, s: ScheduledSeq, draft: Draft) -> SeqInput:
         """The last token and the drafts after it, every position's logits for verification."""
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
-        return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True)
+        return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True,
+                        sliding_pages=self.kv.sliding_table(req))
 
     def forward(self, seqs: list[SeqInput]) -> StepOutput:
         t1 = time.perf_counter()

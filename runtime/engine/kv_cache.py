@@ -142,6 +142,12 @@ class KVCacheManager:
             del req.pages[keep:]
         return len(extra)
 
+    def sliding_table(self, req: Request) -> np.ndarray | None:
+        """The sliding region's page table for req's next step, taken now (None without a sliding region)."""
+        if self.sliding is None:
+            return None
+        return self.pool.snapshot_sliding(req.pages, self.sliding.first_page(req.kv_len))
+
     # --- caching and release ---------------------------------------------------------------------------
     def _insert(self, req: Request) -> int:
         """Give the whole pages of computed tokens to the tree; free our duplicates. Returns aligned length."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -301,6 +302,22 @@ class KVPool(PageAllocator):
         if self.sliding is None:
             return np.ones(len(pages), dtype=bool)
         return self.sliding.page_of[pages] != self.sliding.scratch_page
+
+    def sliding_table(self, pages: Sequence[int], given: np.ndarray | None = None) -> np.ndarray:
+        """A step's page table in the sliding region: the one taken when the step was made (`given`), or `pages`
+        mapped now."""
+        assert self.sliding is not None  # asked only of a pool with a sliding region
+        if given is not None:
+            return given
+        return self.sliding.page_of[np.asarray(pages, dtype=np.int64)]
+
+    def snapshot_sliding(self, pages: list[int], first: int) -> np.ndarray:
+        """The sliding region's page table of `pages` as it is now, the scratch page before page `first` (pages
+        no query of the step reads: its windows mask them)."""
+        assert self.sliding is not None  # asked only of a pool with a sliding region
+        table = np.full(len(pages), self.sliding.scratch_page, dtype=np.int64)
+        table[first:] = self.sliding.page_of[np.asarray(pages[first:], dtype=np.int64)]
+        return table
 
     def move_sliding(self, dst: list[int], src: list[int]) -> list[int]:
         """Give each page of `dst` lacking sliding K/V the sliding page of the same tokens' `src` page (same

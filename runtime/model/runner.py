@@ -39,6 +39,9 @@ class SeqInput:
     prefix_len: int
     pages: Sequence[int]  # page table covering prefix_len + len(token_ids) tokens
     all_logits: bool = False  # logits for every new token (prompt logprobs), not just the last
+    # The sliding region's page table (`kv_pool.py`), taken when the step was made: the overlap schedule plans the
+    # next step, which may release sliding pages, while this one builds its batch. None: mapped from `pages` now.
+    sliding_pages: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -127,17 +130,19 @@ class ModelRunner:
 
     def _sliding_inputs(self, seqs: Sequence[SeqInput], slots: list[int], tables: list[torch.Tensor]
                         ) -> SlidingInputs | None:
-        """The batch's slots and page tables mapped into the pool's sliding region, when it has one."""
-        sliding = self.pool.sliding
-        if sliding is None:
+        """The batch's slots and page tables in the pool's sliding region, when it has one."""
+        if self.pool.sliding is None:
             return None
         p = self.page_size
-        full = np.asarray(slots, dtype=np.int64)
-        mapped = sliding.page_of[full // p] * p + full % p
+        mapped = [self.pool.sliding_table(seq.pages, seq.sliding_pages) for seq in seqs]
+        out_slots = np.concatenate([
+            table[span // p] * p + span % p
+            for seq, table in zip(seqs, mapped, strict=True)
+            for span in [np.arange(seq.prefix_len, seq.prefix_len + len(seq.token_ids))]])
         attn = AttentionMetadata.build(p, [len(s.token_ids) for s in seqs], [s.prefix_len for s in seqs],
-                                       [torch.from_numpy(sliding.page_of[t.numpy()]) for t in tables],
+                                       [torch.from_numpy(t) for t in mapped],
                                        split_shared_prefixes=False)  # why: windowed layers never read the groups
-        return SlidingInputs(torch.from_numpy(mapped).to(self.device), attn.to(self.device))
+        return SlidingInputs(torch.from_numpy(out_slots).to(self.device), attn.to(self.device))
 
     @property
     def page_size(self) -> int:
@@ -247,8 +252,13 @@ class DecodeGraphRunner:
         fills = [(self.input_ids, ids), (self.positions, pos), (self.out_slots, slots), (self.pages, pages),
                  (self.lens, lens)]
         if self.sliding is not None and self.sliding_pages is not None and self.sliding_slots is not None:
-            page_of = self.sliding.page_of  # the full scratch page maps to the sliding one
-            fills += [(self.sliding_pages, page_of[pages]), (self.sliding_slots, page_of[slots // p] * p + slots % p)]
+            spages = np.full((b, self.max_pages), self.sliding.scratch_page, dtype=np.int64)
+            sslots = np.full(b, self.sliding.scratch_page * p, dtype=np.int64)
+            for i, s in enumerate(seqs):
+                table = self.pool.sliding_table(s.pages, s.sliding_pages)
+                spages[i, : len(table)] = table
+                sslots[i] = table[s.prefix_len // p] * p + s.prefix_len % p
+            fills += [(self.sliding_pages, spages), (self.sliding_slots, sslots)]
         for buf, values in fills:
             buf[:b].copy_(torch.from_numpy(values), non_blocking=nb)
         if with_mask:
