@@ -139,6 +139,19 @@ def test_batched_cached_preempted_and_squeezed_output_equals_each_request_alone(
             assert stats["num_preemptions"] > 0, options
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ["int8", "fp8_e4m3"])
+def test_a_quantized_sliding_region_stores_the_bytes_of_the_full_pool(kv_cache_dtype):
+    """Codes and scales live in the region too: greedy output equals that of every layer keeping full K/V."""
+    path, prompts = str(checkpoint_path("tiny-gemma3")), _shared_prefix_prompts(4)
+    outputs = []
+    for off in (True, False):
+        with Engine(path, dtype="float32", max_total_tokens=2048, page_size=4, kv_cache_dtype=kv_cache_dtype,
+                    disable_hybrid_swa_memory=off) as engine:
+            assert (engine.core.pool.sliding is None) == off
+            outputs.append([engine.generate(input_ids=p, sampling_params=PARAMS)["output_ids"] for p in prompts])
+    assert outputs[0] == outputs[1]
+
+
 def test_a_hit_past_the_sliding_kv_it_still_has_is_cut_and_recomputed(model_path):
     """A prompt that continues a finished request far past its prompt (a long answer, then a new turn): the tree has
     the whole conversation for the full layers, but sliding K/V only for the prompt (cached while it was prefilled)
