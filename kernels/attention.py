@@ -73,6 +73,7 @@ class AttentionMetadata:
     # `extends` as the C kernel reads them: padded page tables and rows (token_start, extend_len, prefix_len)
     extend_pages: torch.Tensor | None = None  # int64 [S, max_pages]
     extend_layout: torch.Tensor | None = None  # int64 [3, S]
+    longest: int | None = None  # keys of the longest sequence; None: not known (static decode buffers)
 
     def to(self, device: torch.device) -> AttentionMetadata:
         """The same layout with every tensor on `device` (built on the CPU, used where the pool lives)."""
@@ -95,6 +96,7 @@ class AttentionMetadata:
         decode_lens: list[int] = []
         extends: list[ExtendSeq] = []
         start = 0
+        longest = max((e + p for e, p in zip(extend_lens, prefix_lens, strict=True)), default=0)
         for ext, prefix, pages in zip(extend_lens, prefix_lens, page_tables, strict=True):
             seq_len = ext + prefix
             n_pages = -(-seq_len // page_size)
@@ -116,14 +118,14 @@ class AttentionMetadata:
                                           [e.prefix_len for e in extends]])
         if not decode_rows:
             return AttentionMetadata(page_size, None, None, None, tuple(extends), extend_pages=extend_pages,
-                                     extend_layout=extend_layout)
+                                     extend_layout=extend_layout, longest=longest)
         table = _pad_tables(decode_tables)
         lens = torch.tensor(decode_lens)
         mask = torch.arange(table.shape[1] * page_size).unsqueeze(0) < lens.unsqueeze(1)
         split = _split_shared_prefixes(page_size, table, lens) if split_shared_prefixes else None
         return AttentionMetadata(
             page_size, torch.tensor(decode_rows), table, mask[:, None, None, :], tuple(extends), split, lens,
-            extend_pages, extend_layout,
+            extend_pages, extend_layout, longest,
         )
 
 
@@ -249,9 +251,12 @@ def paged_attention(
     `extend_attention` (the CPU backend passes its C kernels). A quantized pool comes with `k_scale`/`v_scale`
     [slots, Hkv], and then every key and value is read back from the pool, this step's too. `softcap` turns scores
     s into tanh(s / softcap) * softcap before the softmax; `window` lets a query see only the `window` latest keys
-    (its own included). Either runs these torch references, whatever `decode` and `extend` say.
+    (its own included). Either runs these torch references, whatever `decode` and `extend` say, but a window that
+    every sequence of the step fits in (`meta.longest`) is no window.
     """
     kv: dict[str, Any] = {"k_scale": k_scale, "v_scale": v_scale}
+    if window is not None and meta.longest is not None and meta.longest <= window:
+        window = None  # why: every sequence fits in the window: that is full attention, which the C kernels run
     if softcap is not None or window is not None:
         kv |= {"softcap": softcap, "window": window}
         decode, extend = None, None  # why: sprig's C kernels have neither a soft-cap nor a window yet

@@ -91,8 +91,9 @@ def _hf_greedy(path: str, prompt: list[int], n: int) -> tuple[list[int], torch.T
     return ids[len(prompt):], logprobs
 
 
-def test_greedy_output_and_logprobs_equal_transformers_past_the_window(model_path):
-    prompt = _prompt(45, 2)
+@pytest.mark.parametrize("prompt_len", [45, 6])  # 6: inside the window at first (the C kernels), then past it
+def test_greedy_output_and_logprobs_equal_transformers_past_the_window(model_path, prompt_len):
+    prompt = _prompt(prompt_len, 2)
     expected, ref = _hf_greedy(model_path, prompt, 24)
     with Engine(model_path, dtype="float32", max_total_tokens=1024, page_size=4, chunked_prefill_size=16) as engine:
         res = engine.generate(input_ids=prompt, sampling_params={**PARAMS, "max_new_tokens": 24}, return_logprob=True)
