@@ -88,9 +88,12 @@ class EngineCore:
             ratio = sliding_ratio(config, self.model_config)
             size = choose_pool_size(self.model_config, dtype, config.page_size, config.max_total_tokens,
                                     config.mem_fraction, config.device, kv_dtype, ratio)
-            window = sliding_layers(self.model_config)
-            sliding = None if ratio is None or window is None else sliding_pool_spec(
-                self.model_config, size, ratio, window[1] + config.chunked_prefill_size + 2 * config.page_size)
+            found = sliding_layers(self.model_config) if ratio is not None else None
+            # at least what one request reads and writes in a step: its window, a prefill chunk or verify row, a page
+            # each side of them
+            step = max(config.chunked_prefill_size, config.speculative_num_draft_tokens + 1)
+            sliding = None if ratio is None or found is None else sliding_pool_spec(
+                self.model_config, size, ratio, found[1] + step + 2 * config.page_size)
             self.pool = KVPool(self.model_config, size, dtype, config.device, kv_dtype, sliding)
         else:
             assert self.tp.pool is not None
