@@ -132,6 +132,7 @@ def test_batched_cached_preempted_and_squeezed_output_equals_each_request_alone(
             stats = engine.stats()
             kv = engine.core.kv
             assert kv.sliding is not None and kv.sliding.held_pages == kv.sliding.idle_pages  # nobody holds any
+            assert 0 < stats["swa_used_tokens"] == stats["swa_idle_tokens"] <= stats["swa_total_tokens"]
         assert [r["output_ids"] for r in batched] == alone, options
         assert [r["output_ids"] for r in after] == alone, options
         if "swa_full_tokens_ratio" not in options:  # a squeezed region gave up the prefixes' sliding K/V

@@ -136,6 +136,17 @@ def format_block(title: str, facts: list[tuple[str, str]]) -> str:
     return "\n".join([title, *(f"  {label + ':':<{width + 1}} {value}" for label, value in facts)])
 
 
+def sliding_stats(core: EngineCore) -> dict[str, int]:
+    """The sliding-window region's tokens: all, in use (held by requests or kept by the tree) and kept idle by the
+    tree (given up first when the region runs short); nothing without a region."""
+    sliding = core.kv.sliding
+    if sliding is None:
+        return {}
+    p = core.pool.page_size
+    return {"swa_total_tokens": sliding.region.spec.num_pages * p, "swa_used_tokens": sliding.held_pages * p,
+            "swa_idle_tokens": sliding.idle_pages * p}
+
+
 def engine_stats(core: EngineCore) -> dict[str, Any]:
     """A snapshot of load, KV usage, cache figures and step timings (call it on the engine thread)."""
     c = core.counters
@@ -170,5 +181,6 @@ def engine_stats(core: EngineCore) -> dict[str, Any]:
         "jump_forward_tokens": c.jump_forward_tokens,
         "grammar": g.grammar,
         **hicache_stats(core),
+        **sliding_stats(core),
         **(core.spec.stats() if core.spec is not None else {}),
     }
