@@ -25,11 +25,11 @@ from functools import lru_cache
 from sprig.grammar.regex import ir
 from sprig.grammar.schema.numbers import (
     DIGIT,
-    NONZERO,
-    NONZERO_FRACTION,
     FREE_FRAC_DIGITS,
     FREE_INT_DIGITS,
     JSON_NUMBER,
+    NONZERO,
+    NONZERO_FRACTION,
     Interval,
     NumSet,
     fraction_interval,

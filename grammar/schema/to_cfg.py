@@ -20,8 +20,8 @@ from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.evaluator import Evaluator, canonical
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
-from sprig.grammar.schema.spellings import INTEGER_ZEROS, JSON_NUMBER_ZEROS, Spelling, number_spellings
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema.spellings import INTEGER_ZEROS, JSON_NUMBER_ZEROS, Spelling, number_spellings
 from sprig.grammar.schema.values import (
     S_ALL,
     S_NONE,
