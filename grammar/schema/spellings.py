@@ -11,6 +11,10 @@ the other spellings a document may use:
   of the mantissas a spelling may have are grouped into one exponent range, so only ~20 exponents near
   the bounds' magnitudes need a regex of their own.
 
+Integers that `multipleOf` counts (intsteps.py: an automaton over their digits) get the suffixes that keep
+their value (`10.0`, `10e0`, `10.00E+00`) and zero every spelling; other exponent forms of them are not
+accepted (a subset: the remainder of m * 10^X would need one automaton per exponent).
+
 Mantissas follow the free-digit rules of `numbers.py` (integer part up to 15 digits, 9 before a fraction,
 fraction up to 6 digits beyond the ones a bound dictates); exponents have 1-2 digits after up to 2 leading
 zeros (`e+05` as printf writes it). Within those limits the language is exactly the spellings of the set.
@@ -74,16 +78,26 @@ def _spellings(ints: NumSet, fracs: NumSet, exponents: bool) -> ir.Node:
         return JSON_NUMBER_ZEROS
     parts = [_decimal(ints, fracs, exponents)]
     if ints.contains(Decimal(0)):
-        parts.append(ir.seq(ir.char("-"), ir.char("0"), INTEGER_ZEROS if exponents else ir.EMPTY))
+        parts.append(zero_spellings(exponents))
     if exponents:
         reals = NumSet(fracs.intervals, True).union(NumSet.nothing(True))  # the integers fracs' intervals hold
         if reals.intersect(ints.complement()).is_empty():  # why: then the set is ints ∪ fracs as real intervals
             parts += [_exponent_forms(iv, False) for iv in fracs.intervals]
         if reals != ints:  # why: where they are equal, the real intervals' forms already spell every integer
             parts += [_exponent_forms(iv, True) for iv in ints.intervals]
-        if ints.contains(Decimal(0)):
-            parts.append(ir.seq(ir.opt(ir.char("-")), ir.char("0"), INTEGER_ZEROS, _exponent(-MAX_EXPONENT, MAX_EXPONENT)))
     return ir.alt(*parts)
+
+
+def zero_spellings(exponents: bool) -> ir.Node:
+    """Zero's other spellings: `-0`, and with exponents `0.0`, `-0.00`, `0e5`, `-0E-2`, ..."""
+    if not exponents:
+        return ir.lit("-0")
+    return ir.seq(ir.opt(ir.char("-")), ir.char("0"), INTEGER_ZEROS, ir.opt(_exponent(-MAX_EXPONENT, MAX_EXPONENT)))
+
+
+def integer_suffixes() -> ir.Node:
+    """What may follow a canonical integer literal without changing its value: `.0…`, `e0`, `.00E+00`."""
+    return ir.alt(ir.seq(ir.char("."), ir.rep(ir.char("0"), 1, MAX_TRAILING_ZEROS)), ir.seq(INTEGER_ZEROS, _exponent(0, 0)))
 
 
 def _decimal(ints: NumSet, fracs: NumSet, integer_zeros: bool) -> ir.Node:

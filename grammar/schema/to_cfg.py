@@ -21,7 +21,13 @@ from sprig.grammar.schema.evaluator import Evaluator, canonical
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
-from sprig.grammar.schema.spellings import INTEGER_ZEROS, JSON_NUMBER_ZEROS, Spelling, number_spellings
+from sprig.grammar.schema.spellings import (
+    JSON_NUMBER_ZEROS,
+    Spelling,
+    integer_suffixes,
+    number_spellings,
+    zero_spellings,
+)
 from sprig.grammar.schema.values import (
     S_ALL,
     S_NONE,
@@ -155,12 +161,12 @@ class CfgEmitter:
         parts = [lex(ir.alt(*scalars))]
         if together is not None and not strings.intersection_is_empty(together):  # why: lazily, not as one DFA
             parts.append(LexAnd(tuple(json_string(p) for p in together)))
-        zeros = lex(INTEGER_ZEROS) if self.spelling is Spelling.ANY else EMPTY  # why: `10.0` is a multiple of 5
-        parts += [cat(intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step),
-                      opt(zeros) if zeros != EMPTY else EMPTY)
+        any_spelling = self.spelling is Spelling.ANY  # why: `10.0` and `10e0` are multiples of 5 too
+        suffix = opt(lex(integer_suffixes())) if any_spelling else EMPTY
+        parts += [cat(intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step), suffix)
                   for i, (interval, step) in enumerate(vs.steps)]
-        if vs.steps and zeros != EMPTY and intsteps.contains(vs.ints, vs.steps, 0) and not vs.ints.contains(ZERO):
-            parts.append(lex(ir.seq(ir.lit("-0"), INTEGER_ZEROS)))  # why: -0 is zero, a multiple of every step
+        if vs.steps and intsteps.contains(vs.ints, vs.steps, 0) and not vs.ints.contains(ZERO):
+            parts.append(lex(zero_spellings(any_spelling)))  # why: -0 and 0e5 are zero, a multiple of every step
         parts += [self.array(shape) for shape in vs.arrays]
         parts += [self.object(shape) for shape in vs.objects]
         return choice(*(p for p in parts if p != NEVER)) if any(p != NEVER for p in parts) else NEVER
