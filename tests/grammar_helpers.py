@@ -69,7 +69,9 @@ def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable
     the suite's verdicts.
     """
     from sprig.grammar import GrammarError, GrammarSpec
+    from sprig.grammar.backend import Backend
     from sprig.grammar.schema.ordering import SchemaOrderer
+    from sprig.grammar.schema.spellings import Spelling
 
     name = str(path.relative_to(SUITE_ROOT / draft))
     counts: collections.Counter = collections.Counter()
@@ -100,7 +102,7 @@ def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable
                     problems.append(f"{where}: {test['description']} (empty grammar)")
             continue
         counts["compiled"] += 1
-        orderer = SchemaOrderer(schema, options)
+        orderer = SchemaOrderer(schema, options, Spelling.CANONICAL if compiler.backend is Backend.OUTLINES else None)
         for test in group["tests"]:
             valid = expected_valid(name, group, test)
             counts["instances"] += 1
