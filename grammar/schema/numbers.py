@@ -194,12 +194,21 @@ def _nonneg_range(lo: int, hi: int | None, free_digits: int = FREE_INT_DIGITS) -
     if hi is not None and lo > hi:
         return ir.NEVER
     top_len = len(str(lo)) if hi is None else len(str(hi))
-    parts = []
+    parts: list[ir.Node] = []
+    full: list[int] = []  # why: a run of lengths taken whole is one `[1-9][0-9]{m,n}`, not n - m + 1 branches
     for n in range(len(str(lo)), top_len + 1):
         a = max(lo, 10 ** (n - 1) if n > 1 else 0)
         b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
+        if n > 1 and a == 10 ** (n - 1) and b == 10**n - 1:
+            full.append(n)
+            continue
+        if full:
+            parts.append(ir.seq(NONZERO, ir.rep(DIGIT, full[0] - 1, full[-1] - 1)))
+            full = []
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
+    if full:
+        parts.append(ir.seq(NONZERO, ir.rep(DIGIT, full[0] - 1, full[-1] - 1)))
     if hi is None:  # every longer number
         parts.append(ir.seq(NONZERO, ir.rep(DIGIT, top_len, max(top_len, free_digits - 1))))
     return ir.alt(*parts)
