@@ -15,9 +15,11 @@ Integers that `multipleOf` counts (intsteps.py: an automaton over their digits) 
 their value (`10.0`, `10e0`, `10.00E+00`) and zero every spelling; other exponent forms of them are not
 accepted (a subset: the remainder of m * 10^X would need one automaton per exponent).
 
-Mantissas follow the free-digit rules of `numbers.py` (integer part up to 15 digits, 9 before a fraction,
-fraction up to 6 digits beyond the ones a bound dictates); exponents have 1-2 digits after up to 2 leading
-zeros (`e+05` as printf writes it). Within those limits the language is exactly the spellings of the set.
+Decimal notation follows the free-digit rules of `numbers.py` (integer part up to 15 digits, 9 before a
+fraction, fraction up to 6 digits beyond the ones a bound dictates). In exponent notation the mantissa has
+at most 6 digits before and 6 after the point (then trailing zeros), and the exponent 1-2 digits after up
+to 2 leading zeros (`1.5e+05` as printf writes it). Within those limits the language is exactly the
+spellings of the set.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ EXPONENT_LEADING_ZEROS = 2
 ZEROS = ir.rep(ir.char("0"), 0, MAX_TRAILING_ZEROS)
 INTEGER_ZEROS = ir.opt(ir.seq(ir.char("."), ir.rep(ir.char("0"), 1, MAX_TRAILING_ZEROS)))
 E = ir.chars(((69, 69), (101, 101)))
-_MANTISSA_MIN, _MANTISSA_MAX = Decimal(10) ** -FREE_FRAC_DIGITS, Decimal(10) ** FREE_INT_DIGITS
-POSITIVE_MANTISSA = ir.seq(ir.alt(ir.seq(NONZERO, ir.rep(DIGIT, 0, FREE_INT_DIGITS - 1),
+MANTISSA_INT_DIGITS = 6  # why: each decade a mantissa spans is one more exponent whose bound needs its own regex
+_MANTISSA_MIN, _MANTISSA_MAX = Decimal(10) ** -FREE_FRAC_DIGITS, Decimal(10) ** MANTISSA_INT_DIGITS
+POSITIVE_MANTISSA = ir.seq(ir.alt(ir.seq(NONZERO, ir.rep(DIGIT, 0, MANTISSA_INT_DIGITS - 1),
                                          ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1, FREE_FRAC_DIGITS)))),
                                   ir.seq(ir.char("0"), ir.char("."), NONZERO_FRACTION)), ZEROS)
 
@@ -117,14 +120,18 @@ assert JSON_NUMBER.min_len == JSON_NUMBER_ZEROS.min_len  # why: the same numbers
 
 def _exponent_forms(iv: Interval, integral: bool) -> ir.Node:
     """`m e X` spellings of the non-zero members of one interval (integers only if `integral`)."""
-    parts = []
     zero = Decimal(0)
-    if iv.hi is None or iv.hi > 0:  # the positive part
+    positive = mirrored = None
+    if iv.hi is None or iv.hi > 0:
         lo, lo_incl = (zero, False) if iv.lo is None or iv.lo < 0 else (iv.lo, iv.lo_incl)
-        parts.append(_positive_forms(Interval(lo, lo_incl and lo != 0, iv.hi, iv.hi_incl), integral))
+        positive = Interval(lo, lo_incl and lo != 0, iv.hi, iv.hi_incl)
     if iv.lo is None or iv.lo < 0:  # the negative part, mirrored
         hi, hi_incl = (zero, False) if iv.hi is None or iv.hi >= 0 else (-iv.hi, iv.hi_incl)
         mirrored = Interval(hi, hi_incl, None if iv.lo is None else -iv.lo, iv.lo_incl)
+    if positive == mirrored and positive is not None:  # why: a symmetric interval spells its forms once
+        return ir.seq(ir.opt(ir.char("-")), _positive_forms(positive, integral))
+    parts = [] if positive is None else [_positive_forms(positive, integral)]
+    if mirrored is not None:
         parts.append(ir.seq(ir.char("-"), _positive_forms(mirrored, integral)))
     return ir.alt(*parts)
 
@@ -169,9 +176,11 @@ def _kind(iv: Interval, x: int, integral: bool) -> str:
 def _mantissas(iv: Interval, x: int, integral: bool) -> ir.Node:
     """Decimal mantissas m > 0 with m * 10^x in iv (and an integer, if `integral`: at most x fraction digits)."""
     assert iv.lo is not None
-    scaled = Interval(iv.lo.scaleb(-x), iv.lo_incl, None if iv.hi is None else iv.hi.scaleb(-x), iv.hi_incl)
+    hi, hi_incl = (_MANTISSA_MAX, False) if iv.hi is None or iv.hi.scaleb(-x) >= _MANTISSA_MAX \
+        else (iv.hi.scaleb(-x), iv.hi_incl)
+    scaled = Interval(iv.lo.scaleb(-x), iv.lo_incl, hi, hi_incl)
     whole = _positive_integers(scaled)
-    fractions = fraction_interval(scaled, x if integral else None)
+    fractions = fraction_interval(scaled, min(x, FREE_FRAC_DIGITS) if integral else FREE_FRAC_DIGITS)
     return ir.alt(ir.seq(whole, INTEGER_ZEROS), ir.seq(fractions, ZEROS))
 
 
@@ -199,4 +208,4 @@ def _exponent(lo: int, hi: int) -> ir.Node:
 def _scaled_down() -> ir.Node:
     """After an integer n's digits: k zeros and `e-k` (n * 10^k * 10^-k = n), for every k."""
     return ir.alt(*(ir.seq(ir.rep(ir.char("0"), k, k), INTEGER_ZEROS, _exponent(-k, -k))
-                    for k in range(1, FREE_INT_DIGITS)))
+                    for k in range(1, MANTISSA_INT_DIGITS)))
