@@ -11,6 +11,23 @@ from typing import Any
 from sprig.grammar import matcher_for
 
 
+def format_checker(validator_class: Any) -> Any:
+    """jsonschema's format checker as sprig asserts formats: the ones it enforces, OpenAPI's integer ranges."""
+    import jsonschema
+
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.rewrites import INTEGER_FORMATS
+
+    checker = jsonschema.FormatChecker()
+    # why: the plain checker's `time` is draft 3's (no offset); the draft's own checkers win, the rest stay
+    checker.checkers = {**checker.checkers, **validator_class.FORMAT_CHECKER.checkers}
+    for name in [n for n in checker.checkers if n not in SUPPORTED_FORMATS]:
+        del checker.checkers[name]  # why: formats sprig does not enforce are annotations (2020-12)
+    for name, (lo, hi) in INTEGER_FORMATS.items():  # why: sprig bounds integers by OpenAPI's formats
+        checker.checks(name)(lambda v, lo=lo, hi=hi: not isinstance(v, int) or isinstance(v, bool) or lo <= v <= hi)
+    return checker
+
+
 def walk(compiled, text: str) -> bool:
     """Tokenize `text` as the model would, feed the tokens to a fresh matcher, then require that it may end."""
     matcher = matcher_for(compiled)
