@@ -209,3 +209,18 @@ def _scaled_down() -> ir.Node:
     """After an integer n's digits: k zeros and `e-k` (n * 10^k * 10^-k = n), for every k."""
     return ir.alt(*(ir.seq(ir.rep(ir.char("0"), k, k), INTEGER_ZEROS, _exponent(-k, -k))
                     for k in range(1, MANTISSA_INT_DIGITS)))
+
+
+def warm() -> None:
+    """Spell the number sets most schemas use (a compile worker's start-up, not each compile's cost)."""
+    from sprig.grammar.schema.rewrites import INTEGER_FORMATS
+
+    zero, one = Decimal(0), Decimal(1)
+    sets = [(NumSet.everything(True), NumSet.nothing(False)),
+            (NumSet.at_least(zero, True, True), NumSet.nothing(False)),
+            (NumSet.at_least(one, True, True), NumSet.nothing(False)),
+            (NumSet.at_least(zero, True, True), NumSet.at_least(zero, True, False))]
+    sets += [(NumSet.at_least(Decimal(lo), True, True).intersect(NumSet.at_most(Decimal(hi), True, True)), NumSet.nothing(False))
+             for lo, hi in INTEGER_FORMATS.values()]
+    for ints, fracs in sets:
+        number_spellings(ints, fracs, Spelling.ANY)
