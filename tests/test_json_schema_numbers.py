@@ -28,7 +28,9 @@ SETTINGS = settings(max_examples=int(os.environ.get("SPRIG_ORACLE_EXAMPLES", "40
 
 
 def decimals(max_places: int) -> st.SearchStrategy[Decimal]:
-    return st.builds(lambda n, k: Decimal(n).scaleb(-k), st.integers(-20_000, 20_000), st.integers(0, max_places))
+    magnitudes = st.sampled_from([100, 20_000, 3 * 10**7])  # why: bounds and values far from 1 reach the exponents
+    return st.builds(lambda n, k: Decimal(n).scaleb(-k), magnitudes.flatmap(lambda m: st.integers(-m, m)),
+                     st.integers(0, max_places))
 
 
 @st.composite
@@ -42,7 +44,7 @@ def number_schemas(draw) -> dict:
     return schema
 
 
-def spellings(value: Decimal, draw, exponents: range = range(-4, 5)) -> list[str]:
+def spellings(value: Decimal, draw, exponents: range = range(-9, 10)) -> list[str]:
     """Several JSON spellings of `value` (at most 6 fraction digits), all inside the grammar's digit limits,
     with exponents from `exponents`."""
     plain = format(value.normalize(), "f") if value else "0"
@@ -78,7 +80,7 @@ def test_every_spelling_of_a_value_is_decided_by_its_value(compiler, data):
         assert "accepts no JSON value" in err.message, (schema, err.message)  # empty bounds, nothing else
         return
     for value in data.draw(st.lists(decimals(3), min_size=4, max_size=6)):
-        for text in spellings(value, data.draw, range(0, 1) if "multipleOf" in schema else range(-4, 5)):
+        for text in spellings(value, data.draw, range(0, 1) if "multipleOf" in schema else range(-9, 10)):
             assert walk(compiled, text) == valid(schema, text), (schema, text)
 
 
@@ -110,6 +112,9 @@ def test_the_reported_bounded_numbers(compiler):
     compiled = compiler.compile(GrammarSpec.json_schema({"type": "number", "minimum": 512.0}))
     assert all(walk(compiled, t) for t in ("2048.0", "1e3", "2048", "5.12e2", "512.000", "1E+05"))
     assert not any(walk(compiled, t) for t in ("511.9", "5.11e2", "-1e3", "51100e-2"))
+    compiled = compiler.compile(GrammarSpec.json_schema({"type": "number", "minimum": 0, "maximum": 1000000}))
+    assert walk(compiled, "1e6") and walk(compiled, "999999.5e0") and walk(compiled, "5.0e-3")
+    assert not walk(compiled, "51297100e000") and not walk(compiled, "1000001e0")  # zeros after an integer count
     compiled = compiler.compile(GrammarSpec.json_schema({"type": "number", "minimum": 1}))
     assert walk(compiled, "2.0") and walk(compiled, "1.0e0") and not walk(compiled, "0.5")
     compiled = compiler.compile(GrammarSpec.json_schema({"type": "integer", "multipleOf": 5}))

@@ -51,9 +51,10 @@ INTEGER_ZEROS = ir.opt(ir.seq(ir.char("."), ir.rep(ir.char("0"), 1, MAX_TRAILING
 E = ir.chars(((69, 69), (101, 101)))
 MANTISSA_INT_DIGITS = 6  # why: each decade a mantissa spans is one more exponent whose bound needs its own regex
 _MANTISSA_MIN, _MANTISSA_MAX = Decimal(10) ** -FREE_FRAC_DIGITS, Decimal(10) ** MANTISSA_INT_DIGITS
-POSITIVE_MANTISSA = ir.seq(ir.alt(ir.seq(NONZERO, ir.rep(DIGIT, 0, MANTISSA_INT_DIGITS - 1),
-                                         ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1, FREE_FRAC_DIGITS)))),
-                                  ir.seq(ir.char("0"), ir.char("."), NONZERO_FRACTION)), ZEROS)
+POSITIVE_MANTISSA = ir.alt(  # why: trailing zeros only after a point (after an integer they multiply it)
+    ir.seq(NONZERO, ir.rep(DIGIT, 0, MANTISSA_INT_DIGITS - 1),
+           ir.opt(ir.seq(ir.char("."), ir.rep(DIGIT, 1, FREE_FRAC_DIGITS), ZEROS))),
+    ir.seq(ir.char("0"), ir.char("."), NONZERO_FRACTION, ZEROS))
 
 
 class Spelling(Enum):
