@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 from decimal import Decimal
 
 import jsonschema
@@ -20,6 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sprig.grammar import GrammarError, GrammarSpec
+from sprig.grammar.regex import ir
+from sprig.grammar.schema.numbers import NumSet
+from sprig.grammar.schema.spellings import MAX_TRAILING_ZEROS, Spelling, number_spellings
 
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
 SETTINGS = settings(max_examples=int(os.environ.get("SPRIG_ORACLE_EXAMPLES", "40")), deadline=None,
@@ -119,3 +124,53 @@ def test_the_reported_bounded_numbers(compiler):
     assert walk(compiled, "2.0") and walk(compiled, "1.0e0") and not walk(compiled, "0.5")
     compiled = compiler.compile(GrammarSpec.json_schema({"type": "integer", "multipleOf": 5}))
     assert all(walk(compiled, t) for t in ("10.0", "-0", "0", "-15")) and not walk(compiled, "11")
+
+
+def _random_spelling(rng: random.Random) -> str:
+    """Any JSON number text: sign, integer digits, fraction, exponent with sign and leading zeros."""
+    text = "-" if rng.random() < 0.3 else ""
+    text += "0" if rng.random() < 0.2 else str(rng.randint(1, 9)) + "".join(rng.choices("0123456789", k=rng.randint(0, 9)))
+    if text[-1] != "0" and rng.random() < 0.3:  # why: trailing zeros before a point multiply the value
+        text += "0" * rng.randint(1, 4)
+    if rng.random() < 0.5:
+        text += "." + "".join(rng.choices("0123456789", k=rng.randint(1, 8))) + "0" * rng.choice([0, 0, 2, 16])
+    if rng.random() < 0.6:
+        text += rng.choice("eE") + rng.choice(["", "+", "-"]) + "0" * rng.randint(0, 2) + str(rng.randint(0, 40))
+    return text
+
+
+def _within_limits(text: str) -> bool:
+    """The digit limits schema/spellings.py documents: 15 trailing zeros, mantissa 6 + 6, exponent 2 digits."""
+    mantissa, _, exponent = text.lower().partition("e")
+    whole, _, frac = mantissa.lstrip("-").partition(".")
+    digits = frac.rstrip("0")
+    if len(frac) - len(digits) > MAX_TRAILING_ZEROS:
+        return False
+    if exponent:
+        bare = exponent.lstrip("+-")
+        significant = bare.lstrip("0") or "0"
+        return len(significant) <= 2 and len(bare) - len(significant) <= 2 and len(whole) <= 6 and len(digits) <= 6
+    return len(digits) <= 6 and len(whole) <= (9 if digits else 15)
+
+
+def test_the_spelling_regex_is_exact_on_arbitrary_number_texts():
+    """Regex level, no tokenizer: random bounds (up to 1e9, 0-4 decimals), random number texts; a text
+    matches only if its value is in the set, and every text within the documented limits whose value is."""
+    rng = random.Random(33)
+    for _ in range(60):
+        ints, fracs = NumSet.everything(True), NumSet.everything(False)
+        for make in (NumSet.at_least, NumSet.at_most):
+            if rng.random() < 0.8:
+                bound = Decimal(rng.randint(-10 ** rng.randint(0, 9), 10 ** rng.randint(0, 9))).scaleb(-rng.randint(0, 4))
+                inclusive = rng.random() < 0.5
+                ints, fracs = ints.intersect(make(bound, inclusive, True)), fracs.intersect(make(bound, inclusive, False))
+        if rng.random() < 0.5:
+            fracs = NumSet.nothing(False)  # type: integer
+        regex = re.compile(number_spellings(ints, fracs, Spelling.ANY).render(ir.Flavor.PYTHON))
+        for _ in range(200):
+            text = _random_spelling(rng)
+            value = Decimal(text)
+            member = ints.contains(value) if value == value.to_integral_value() else fracs.contains(value)
+            matched = regex.fullmatch(text) is not None
+            assert member or not matched, ("false accept", text, ints, fracs)
+            assert matched or not member or not _within_limits(text), ("false reject", text, ints, fracs)
