@@ -166,9 +166,19 @@ def test_the_spelling_regex_is_exact_on_arbitrary_number_texts():
                 ints, fracs = ints.intersect(make(bound, inclusive, True)), fracs.intersect(make(bound, inclusive, False))
         if rng.random() < 0.5:
             fracs = NumSet.nothing(False)  # type: integer
+        if rng.random() < 0.3:  # an enum: single values, among them texts' values below
+            values = [Decimal(_random_spelling(rng)).normalize() for _ in range(20)]
+            ints = NumSet.points([v for v in values if v == v.to_integral_value()], True)
+            fracs = NumSet.points([v for v in values if v != v.to_integral_value()], False)
         regex = re.compile(number_spellings(ints, fracs, Spelling.ANY).render(ir.Flavor.PYTHON))
-        for _ in range(200):
+        for i in range(200):
             text = _random_spelling(rng)
+            if i % 4 == 0 and (ints.intervals or fracs.intervals):  # why: respell a member, so members get tested
+                member_iv = rng.choice(ints.intervals + fracs.intervals)
+                if member_iv.lo is not None and member_iv.lo == member_iv.hi and member_iv.lo != 0:
+                    x = rng.randint(-3, 3)
+                    zeros = "0" * rng.choice([0, 0, 1, 2])  # why: after a point they keep the value, else they do not
+                    text = format(member_iv.lo.scaleb(-x).normalize(), "f") + zeros + f"e{x}"
             value = Decimal(text)
             member = ints.contains(value) if value == value.to_integral_value() else fracs.contains(value)
             matched = regex.fullmatch(text) is not None

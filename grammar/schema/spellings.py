@@ -85,10 +85,14 @@ def _spellings(ints: NumSet, fracs: NumSet, exponents: bool) -> ir.Node:
         parts.append(zero_spellings(exponents))
     if exponents:
         reals = NumSet(fracs.intervals, True).union(NumSet.nothing(True))  # the integers fracs' intervals hold
+        spans: list[tuple[Interval, bool]] = []
         if reals.intersect(ints.complement()).is_empty():  # why: then the set is ints ∪ fracs as real intervals
-            parts += [_exponent_forms(iv, False) for iv in fracs.intervals]
+            spans += [(iv, False) for iv in fracs.intervals]
         if reals != ints:  # why: where they are equal, the real intervals' forms already spell every integer
-            parts += [_exponent_forms(iv, True) for iv in ints.intervals]
+            spans += [(iv, True) for iv in ints.intervals]
+        points = [iv.lo for iv, _ in spans if iv.lo is not None and iv.lo == iv.hi and iv.lo != 0]
+        parts += [_exponent_forms(iv, integral) for iv, integral in spans if iv.lo is None or iv.lo != iv.hi]
+        parts.append(_point_forms(points))
     return ir.alt(*parts)
 
 
@@ -135,6 +139,21 @@ def _exponent_forms(iv: Interval, integral: bool) -> ir.Node:
     if mirrored is not None:
         parts.append(ir.seq(ir.char("-"), _positive_forms(mirrored, integral)))
     return ir.alt(*parts)
+
+
+def _point_forms(values: list[Decimal]) -> ir.Node:
+    """`m e X` for single values (enum, const): each exponent's mantissa is one literal, grouped by exponent."""
+    groups: dict[tuple[int, bool], list[ir.Node]] = {}
+    for v in values:
+        magnitude = abs(v).adjusted()
+        for x in range(max(-MAX_EXPONENT, magnitude - MANTISSA_INT_DIGITS + 1),
+                       min(MAX_EXPONENT, magnitude + FREE_FRAC_DIGITS) + 1):
+            text = format(abs(v).scaleb(-x).normalize(), "f")
+            whole, _, frac = text.partition(".")
+            if len(whole) <= MANTISSA_INT_DIGITS and len(frac) <= FREE_FRAC_DIGITS:
+                groups.setdefault((x, not frac), []).append(ir.lit(("-" if v < 0 else "") + text))
+    return ir.alt(*(ir.seq(ir.alt(*lits), INTEGER_ZEROS if whole else ZEROS, _exponent(x, x))
+                    for (x, whole), lits in groups.items()))
 
 
 def _positive_forms(iv: Interval, integral: bool) -> ir.Node:
