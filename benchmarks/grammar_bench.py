@@ -259,6 +259,21 @@ def print_summary(vocab: int, table: dict[str, dict[str, float | int | None]], w
               f"{fmt(s['mask_p50_us'], '8.1f')} {fmt(s['mask_p99_us'], '8.1f')}")  # type: ignore[arg-type]
 
 
+TARGET_P50_S, TARGET_P99_S = 0.001, 0.020  # issue 33: compile p50 <= 1 ms, p99 <= 20 ms, cold, on the corpus
+
+
+def print_targets(vocab: int, table: dict[str, dict[str, float | int | None]]) -> None:
+    """Whether each engine meets issue 33's compile targets on the corpus at this vocabulary."""
+    for engine, s in table.items():
+        p50, p99 = s["compile_p50_s"], s["compile_p99_s"]
+        if p50 is None or p99 is None:
+            continue
+        met = float(p50) <= TARGET_P50_S and float(p99) <= TARGET_P99_S
+        print(f"# target (compile p50 <= 1 ms, p99 <= 20 ms), vocab {vocab}: {engine:16} "
+              f"{float(p50) * 1e3:.2f} / {float(p99) * 1e3:.1f} ms: {'met' if met else 'NOT met'}; "
+              f"compiled {int(s['schemas']) - int(s['refused_or_failed'])} of {s['schemas']}")
+
+
 def fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -302,6 +317,7 @@ def main() -> None:
             report.setdefault("corpus_walks", []).extend(r.row() for r in rows)
             report.setdefault("corpus_summary", {})[vocab] = table = summary(rows)
             print_summary(vocab, table, "corpus")
+            print_targets(vocab, table)
         apply = {b: apply_cost(info.vocab_size, b) for b in (1, 32)}
         report["apply_us"][vocab] = apply
         print(f"# apply_token_bitmask_ (CPU, p50): batch 1 {apply[1]:.0f} us, batch 32 {apply[32]:.0f} us")

@@ -142,7 +142,7 @@ def xgrammar_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int], 
     bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
 
     def walker():
-        m = xgr.matcher_for(compiled)
+        m = xgr.GrammarMatcher(compiled)  # why: xgrammar's own class, not sprig's matcher_for
         return (lambda: m.fill_next_token_bitmask(bitmask, 0), lambda t: bit_set(bitmask, t), m.accept_token,
                 lambda: m.accept_token(info.eos_token_ids[0]))
 

@@ -11,6 +11,23 @@ from typing import Any
 from sprig.grammar import matcher_for
 
 
+def format_checker(validator_class: Any) -> Any:
+    """jsonschema's format checker as sprig asserts formats: the ones it enforces, OpenAPI's integer ranges."""
+    import jsonschema
+
+    from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+    from sprig.grammar.schema.rewrites import INTEGER_FORMATS
+
+    checker = jsonschema.FormatChecker()
+    # why: the plain checker's `time` is draft 3's (no offset); the draft's own checkers win, the rest stay
+    checker.checkers = {**checker.checkers, **validator_class.FORMAT_CHECKER.checkers}
+    for name in [n for n in checker.checkers if n not in SUPPORTED_FORMATS]:
+        del checker.checkers[name]  # why: formats sprig does not enforce are annotations (2020-12)
+    for name, (lo, hi) in INTEGER_FORMATS.items():  # why: sprig bounds integers by OpenAPI's formats
+        checker.checks(name)(lambda v, lo=lo, hi=hi: not isinstance(v, int) or isinstance(v, bool) or lo <= v <= hi)
+    return checker
+
+
 def walk(compiled, text: str) -> bool:
     """Tokenize `text` as the model would, feed the tokens to a fresh matcher, then require that it may end."""
     matcher = matcher_for(compiled)
@@ -69,7 +86,9 @@ def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable
     the suite's verdicts.
     """
     from sprig.grammar import GrammarError, GrammarSpec
+    from sprig.grammar.backend import Backend
     from sprig.grammar.schema.ordering import SchemaOrderer
+    from sprig.grammar.schema.spellings import Spelling
 
     name = str(path.relative_to(SUITE_ROOT / draft))
     counts: collections.Counter = collections.Counter()
@@ -100,7 +119,7 @@ def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable
                     problems.append(f"{where}: {test['description']} (empty grammar)")
             continue
         counts["compiled"] += 1
-        orderer = SchemaOrderer(schema, options)
+        orderer = SchemaOrderer(schema, options, Spelling.CANONICAL if compiler.backend is Backend.OUTLINES else None)
         for test in group["tests"]:
             valid = expected_valid(name, group, test)
             counts["instances"] += 1

@@ -22,30 +22,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from grammar_helpers import walk
+from grammar_helpers import format_checker, walk
 
 from sprig.grammar import GrammarError, GrammarSpec
-from sprig.grammar.schema.formats import SUPPORTED_FORMATS
 from sprig.grammar.schema.ordering import SchemaOrderer
-from sprig.grammar.schema.rewrites import INTEGER_FORMATS
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "real_world" / "corpus.json").read_text())
 MAX_REFUSED = 0.03  # issue 15: at least 97 % of the corpus compiles
 
 
-def format_checker(validator_class) -> jsonschema.FormatChecker:
-    checker = jsonschema.FormatChecker()
-    # why: the plain checker's `time` is draft 3's (no offset); the draft's own checkers win, the rest stay
-    checker.checkers = {**checker.checkers, **validator_class.FORMAT_CHECKER.checkers}
-    for name in [n for n in checker.checkers if n not in SUPPORTED_FORMATS]:
-        del checker.checkers[name]  # why: formats sprig does not enforce are annotations (2020-12)
-    for name, (lo, hi) in INTEGER_FORMATS.items():  # why: sprig bounds integers by OpenAPI's formats
-        checker.checks(name)(lambda v, lo=lo, hi=hi: not isinstance(v, int) or isinstance(v, bool) or lo <= v <= hi)
-    return checker
-
-
 def test_corpus_size_and_shape():
-    assert len(CORPUS) >= 200
+    assert len(CORPUS) >= 300  # issue 33
     assert len({e["name"] for e in CORPUS}) == len(CORPUS), "names are unique (they are test ids)"
     for entry in CORPUS:
         assert 2 <= len(entry["valid"]) <= 4 and 2 <= len(entry["invalid"]) <= 4, entry["name"]

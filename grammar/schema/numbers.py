@@ -170,7 +170,7 @@ def numbers_regex(ints: NumSet, fracs: NumSet) -> ir.Node:
     if ints.is_everything() and fracs.is_everything():
         return JSON_NUMBER
     parts = [ir.seq(integer_range(_int(iv.lo), _int(iv.hi)), INTEGER_FRACTION) for iv in ints.intervals]
-    parts += [_fraction_interval(iv) for iv in fracs.intervals]
+    parts += [fraction_interval(iv) for iv in fracs.intervals]
     return ir.alt(*parts)
 
 
@@ -194,12 +194,21 @@ def _nonneg_range(lo: int, hi: int | None, free_digits: int = FREE_INT_DIGITS) -
     if hi is not None and lo > hi:
         return ir.NEVER
     top_len = len(str(lo)) if hi is None else len(str(hi))
-    parts = []
+    parts: list[ir.Node] = []
+    full: list[int] = []  # why: a run of lengths taken whole is one `[1-9][0-9]{m,n}`, not n - m + 1 branches
     for n in range(len(str(lo)), top_len + 1):
         a = max(lo, 10 ** (n - 1) if n > 1 else 0)
         b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
+        if n > 1 and a == 10 ** (n - 1) and b == 10**n - 1:
+            full.append(n)
+            continue
+        if full:
+            parts.append(ir.seq(NONZERO, ir.rep(DIGIT, full[0] - 1, full[-1] - 1)))
+            full = []
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
+    if full:
+        parts.append(ir.seq(NONZERO, ir.rep(DIGIT, full[0] - 1, full[-1] - 1)))
     if hi is None:  # every longer number
         parts.append(ir.seq(NONZERO, ir.rep(DIGIT, top_len, max(top_len, free_digits - 1))))
     return ir.alt(*parts)
@@ -228,36 +237,37 @@ def _same_length(a: str, b: str) -> ir.Node:
     return ir.alt(*parts)
 
 
-def _fraction_interval(iv: Interval) -> ir.Node:
-    """Non-integer decimals inside one real interval."""
+def fraction_interval(iv: Interval, room: int | None = None) -> ir.Node:
+    """Non-integer decimals inside one real interval (with at most `room` fraction digits, if given)."""
     parts = []
     zero = Decimal(0)
     if iv.lo is None or iv.lo < 0:  # negative part, mirrored: -x in (0, -lo]
         hi = None if iv.lo is None else -iv.lo
         lo = zero if iv.hi is None or iv.hi >= 0 else -iv.hi
         lo_incl = False if iv.hi is None or iv.hi >= 0 else iv.hi_incl
-        parts.append(ir.seq(ir.char("-"), _positive_fractions(lo, lo_incl, hi, iv.lo_incl)))
+        parts.append(ir.seq(ir.char("-"), _positive_fractions(lo, lo_incl, hi, iv.lo_incl, room)))
     if iv.hi is None or iv.hi > 0:
         lo = zero if iv.lo is None or iv.lo < 0 else iv.lo
         lo_incl = False if iv.lo is None or iv.lo < 0 else iv.lo_incl
-        parts.append(_positive_fractions(lo, lo_incl, iv.hi, iv.hi_incl))
+        parts.append(_positive_fractions(lo, lo_incl, iv.hi, iv.hi_incl, room))
     return ir.alt(*parts)
 
 
-def _positive_fractions(lo: Decimal, lo_incl: bool, hi: Decimal | None, hi_incl: bool) -> ir.Node:
-    """Non-integers x >= 0 with lo <(=) x <(=) hi, as `int.frac`."""
+def _positive_fractions(lo: Decimal, lo_incl: bool, hi: Decimal | None, hi_incl: bool,
+                        room: int | None = None) -> ir.Node:
+    """Non-integers x >= 0 with lo <(=) x <(=) hi, as `int.frac` (at most `room` fraction digits, if given)."""
     n_lo = math.floor(lo)
     lo_frac = _frac_digits(lo)
     if hi is not None and math.floor(hi) == n_lo:
-        return _spelled(n_lo, _fraction(lo_frac, lo_incl, _frac_digits(hi), hi_incl))
-    parts = [_spelled(n_lo, _fraction(lo_frac, lo_incl, None, False))]
+        return _spelled(n_lo, _fraction(lo_frac, lo_incl, _frac_digits(hi), hi_incl, room))
+    parts = [_spelled(n_lo, _fraction(lo_frac, lo_incl, None, False, room))]
     n_hi = None if hi is None else math.floor(hi)
     if n_hi is None or n_hi - 1 >= n_lo + 1:
         parts.append(ir.seq(_nonneg_range(n_lo + 1, None if n_hi is None else n_hi - 1, FREE_FRAC_INT_DIGITS),
                             ir.char("."),
-                            NONZERO_FRACTION))
+                            _fraction("", False, None, False, room)))
     if hi is not None:
-        parts.append(_spelled(n_hi, _fraction("", True, _frac_digits(hi), hi_incl)))  # type: ignore[arg-type]
+        parts.append(_spelled(n_hi, _fraction("", True, _frac_digits(hi), hi_incl, room)))  # type: ignore[arg-type]
     return ir.alt(*parts)
 
 
@@ -275,25 +285,31 @@ _ANY = None  # a side without a constraint
 
 
 @lru_cache(maxsize=4096)
-def _fraction(a: str | None, a_incl: bool, b: str | None, b_incl: bool) -> ir.Node:
-    """Non-empty digit strings w, at least one non-zero, with 0.a <(=) 0.w <(=) 0.b (None = no bound)."""
-    return _digits(a if a is not None else "", a_incl and a is not None and a != "", b, b_incl, nonempty=True)
+def _fraction(a: str | None, a_incl: bool, b: str | None, b_incl: bool, room: int | None = None) -> ir.Node:
+    """Non-empty digit strings w, at least one non-zero, with 0.a <(=) 0.w <(=) 0.b (None = no bound),
+    at most `room` digits long if given."""
+    return _digits(a if a is not None else "", a_incl and a is not None and a != "", b, b_incl, True, room)
 
 
 @lru_cache(maxsize=8192)
-def _digits(a: str | None, a_incl: bool, b: str | None, b_incl: bool, nonempty: bool) -> ir.Node:
-    """Digit strings w (nonempty if asked) with lower bound 0.a (None: satisfied) and upper bound 0.b."""
+def _digits(a: str | None, a_incl: bool, b: str | None, b_incl: bool, nonempty: bool,
+            room: int | None = None) -> ir.Node:
+    """Digit strings w (nonempty if asked) with lower bound 0.a (None: satisfied) and upper bound 0.b;
+    with `room`, at most that many digits (the free tail stays within FREE_FRAC_DIGITS either way)."""
+    free = FREE_FRAC_DIGITS if room is None else min(room, FREE_FRAC_DIGITS)
     if a == "" and a_incl:
         a = None  # why: "value >= 0" holds for every digit string
     if a is None and b is None:
-        return ir.rep(DIGIT, 1, FREE_FRAC_DIGITS) if nonempty else ANY_DIGITS
+        return ir.rep(DIGIT, int(nonempty), free) if free >= int(nonempty) else ir.NEVER
     if a == "" and b == "":
         return ir.NEVER  # above zero and at most zero
     if a == "" and not a_incl and b is None:
-        return NONZERO_FRACTION  # why: leading zeros, then a non-zero digit
+        return NONZERO_FRACTION if room is None else _nonzero_digits(free)
     if a is None and b == "":
-        return ir.rep(ir.char("0"), int(nonempty), FREE_FRAC_DIGITS) if b_incl else ir.NEVER
+        return ir.rep(ir.char("0"), int(nonempty), free) if b_incl and free >= int(nonempty) else ir.NEVER
     empty_ok = (a is None or (a == "" and a_incl)) and (b is None or b != "" or b_incl)
+    if room == 0:
+        return ir.EMPTY if empty_ok and not nonempty else ir.NEVER
     groups: dict[tuple, list[int]] = {}
     for c in range(10):
         lower = _next_lower(a, a_incl, c)
@@ -302,9 +318,15 @@ def _digits(a: str | None, a_incl: bool, b: str | None, b_incl: bool, nonempty: 
             groups.setdefault((lower, upper), []).append(c)
     parts = [ir.EMPTY] if empty_ok and not nonempty else []
     for (lower, upper), cs in groups.items():
-        rest = _digits(lower[0], lower[1], upper[0], upper[1], nonempty=False)
+        rest = _digits(lower[0], lower[1], upper[0], upper[1], False, None if room is None else room - 1)
         parts.append(ir.seq(ir.chars(tuple((48 + c, 48 + c) for c in cs)), rest))
     return ir.alt(*parts)
+
+
+@lru_cache(maxsize=64)
+def _nonzero_digits(free: int) -> ir.Node:
+    """1..free digits with at least one non-zero."""
+    return ir.alt(*(ir.seq(ir.rep(ir.char("0"), k, k), NONZERO, ir.rep(DIGIT, 0, free - 1 - k)) for k in range(free)))
 
 
 def _next_lower(a: str | None, a_incl: bool, c: int):

@@ -17,6 +17,7 @@ from sprig.grammar.schema.evaluator import canonical, parse_json
 from sprig.grammar.schema.json_text import Punctuation
 from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.refs import SchemaDocument
+from sprig.grammar.schema.spellings import Spelling
 from sprig.grammar.schema.to_cfg import FlatEvaluator
 from sprig.grammar.schema.values import Node, ValueSet, and_, not_
 from sprig.grammar.spec import JsonOptions
@@ -25,10 +26,15 @@ from sprig.grammar.spec import JsonOptions
 class SchemaOrderer:
     """Reusable for many instances of one schema."""
 
-    def __init__(self, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None) -> None:
+    def __init__(self, schema: str | dict[str, Any] | bool, options: JsonOptions | None = None,
+                 spelling: Spelling | None = None) -> None:
+        """spelling: the grammar's number spellings (default: the llguidance backend's for the schema's draft;
+        `Spelling.CANONICAL` for the outlines backend)."""
         self.options = options or JsonOptions()
         self.ev = FlatEvaluator(SchemaDocument.index(load_schema(schema)), self.options)  # why: no depth bound
         self.item_sep, self.key_sep = Punctuation(self.options).separator_text()
+        # why: drafts 6+ accept every spelling of a number (spellings.py), so a float keeps json.dumps's `2.0`
+        self.floats_as_written = (spelling or Spelling.for_draft(self.ev.doc.draft)) is Spelling.ANY
 
     def dumps(self, value: Any) -> str:
         text = self._value(value, self.ev.eval(Node(""), ()), ())
@@ -53,7 +59,9 @@ class SchemaOrderer:
             integral = d == d.to_integral_value()
             if not (intsteps.contains(vs.ints, vs.steps, int(d)) if integral else vs.fracs.contains(d)):
                 return None
-            return str(int(d)) if integral else self._plain(value)  # why: integers are spelled as integers
+            if integral and not (isinstance(value, float) and self.floats_as_written):
+                return str(int(d))  # why: an int (or any integral value under draft 4) is an integer literal
+            return self._plain(value)
         if isinstance(value, str):
             return self._plain(value) if strings.member(vs.strings, value) else None
         if isinstance(value, list):

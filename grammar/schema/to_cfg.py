@@ -11,6 +11,7 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from sprig.grammar.errors import invalid_schema, too_complex, unsupported
 from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
@@ -19,8 +20,14 @@ from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.evaluator import Evaluator, canonical
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
-from sprig.grammar.schema.numbers import JSON_NUMBER, numbers_regex
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema.spellings import (
+    JSON_NUMBER_ZEROS,
+    Spelling,
+    integer_suffixes,
+    number_spellings,
+    zero_spellings,
+)
 from sprig.grammar.schema.values import (
     S_ALL,
     S_NONE,
@@ -38,6 +45,7 @@ from sprig.grammar.schema.values import (
 from sprig.grammar.spec import JsonOptions
 
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow terms)
+ZERO = Decimal(0)
 ANY = "any"  # the rule name of "any JSON value"
 MAX_UNIQUE_DOMAIN = 10  # why: uniqueItems tracks the set of values used: 2^n rules
 MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (property, count)
@@ -114,6 +122,7 @@ class CfgEmitter:
 
     def __init__(self, evaluator: Evaluator, options: JsonOptions) -> None:
         self.ev, self.options = evaluator, options
+        self.spelling = Spelling.for_draft(evaluator.doc.draft)
         self.p = Punctuation(options)
         self.grammar = Grammar()
         self._names: dict[Expr, str] = {}
@@ -145,15 +154,19 @@ class CfgEmitter:
         scalars = [NULL] if vs.null else []
         scalars += [TRUE] if True in vs.bools else []
         scalars += [FALSE] if False in vs.bools else []
-        scalars.append(numbers_regex(vs.ints, vs.fracs))
+        scalars.append(number_spellings(vs.ints, vs.fracs, self.spelling))
         together = strings.intersection_parts(vs.strings)
         if together is None:
             scalars.append(json_string(strings.string_language(vs.strings)))
         parts = [lex(ir.alt(*scalars))]
         if together is not None and not strings.intersection_is_empty(together):  # why: lazily, not as one DFA
             parts.append(LexAnd(tuple(json_string(p) for p in together)))
-        parts += [intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step)
+        any_spelling = self.spelling is Spelling.ANY  # why: `10.0` and `10e0` are multiples of 5 too
+        suffix = opt(lex(integer_suffixes())) if any_spelling else EMPTY
+        parts += [cat(intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step), suffix)
                   for i, (interval, step) in enumerate(vs.steps)]
+        if vs.steps and intsteps.contains(vs.ints, vs.steps, 0) and not vs.ints.contains(ZERO):
+            parts.append(lex(zero_spellings(any_spelling)))  # why: -0 and 0e5 are zero, a multiple of every step
         parts += [self.array(shape) for shape in vs.arrays]
         parts += [self.object(shape) for shape in vs.objects]
         return choice(*(p for p in parts if p != NEVER)) if any(p != NEVER for p in parts) else NEVER
@@ -166,7 +179,7 @@ class CfgEmitter:
             pair = cat(lex(ir.seq(ANY_STRING, p.colon)), value)
             pairs = cat(pair, repeat(cat(lex(p.comma), pair), 0, None))
             self.grammar.add(ANY, choice(
-                lex(ir.alt(NULL, TRUE, FALSE, JSON_NUMBER, ANY_STRING)),
+                lex(ir.alt(NULL, TRUE, FALSE, JSON_NUMBER_ZEROS, ANY_STRING)),
                 cat(lex(p.open_array), opt(items), lex(p.close_array)),
                 cat(lex(p.open_object), opt(pairs), lex(p.close_object))))
         return Sym(ANY)

@@ -334,7 +334,9 @@ def array_not(a: ArrShape) -> list[ArrShape]:
         if expr != TOP:
             out.append(ArrShape((TOP,) * i + (not_(expr),), TOP, i + 1, None))
     if a.items != TOP:
-        raise NotRepresentable("items")
+        if a.prefix:  # why: `contains` counts the prefix too, so "some later item fails" is no shape
+            raise NotRepresentable("items")
+        out.append(ArrShape(contains=((not_(a.items), 1, None),)))  # why: some item fails `items`
     return out
 
 

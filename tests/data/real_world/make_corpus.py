@@ -1996,6 +1996,299 @@ auto("feature toggle rollout (percent multipleOf 5, segments)", O({
          {"attribute": "plan", "operator": "in", "values": []}]}, {"key": "X Y", "enabled": True}])
 
 
+# ---- issue 33: bounded numbers in any spelling, `not: {required}` beside $refs, object shapes with array bounds ----
+D7 = "http://json-schema.org/draft-07/schema#"
+D6 = "http://json-schema.org/draft-06/schema#"
+D4 = "http://json-schema.org/draft-04/schema#"
+tool("set_thermostat_celsius", {"celsius": N(minimum=5, maximum=30.5), "mode": E("heat", "cool", "auto")}, ["celsius"],
+     [{"celsius": 21.0}, {"celsius": 30.5, "mode": "auto"}, {"celsius": 5}], [{"celsius": 4.99}, {"celsius": 31.0}])
+tool("resize_image_bounded", {"width": I(minimum=1, maximum=8192), "height": I(minimum=1, maximum=8192),
+                      "quality": N(exclusiveMinimum=0, maximum=1)}, ["width", "height"],
+     [{"width": 2048.0, "height": 1536.0}, {"width": 1, "height": 8192, "quality": 0.85}, {"width": 640, "height": 480.0, "quality": 1.0}],
+     [{"width": 0, "height": 10}, {"width": 10, "height": 10, "quality": 0}, {"width": 2.5, "height": 10}])
+tool("set_sample_rate", {"hz": N(minimum=512.0), "channels": I(minimum=1, maximum=8)}, ["hz"],
+     [{"hz": 2048.0}, {"hz": 1000.0, "channels": 2.0}, {"hz": 44100}], [{"hz": 511.5}, {"hz": 48000, "channels": 9}])
+tool("place_limit_order", {"symbol": S(pattern="^[A-Z]{1,5}$"), "quantity": I(minimum=1), "limit_price": N(exclusiveMinimum=0),
+                           "side": E("buy", "sell")}, ["symbol", "quantity", "limit_price", "side"],
+     [{"symbol": "AAPL", "quantity": 10.0, "limit_price": 187.25, "side": "buy"},
+      {"symbol": "T", "quantity": 1000, "limit_price": 1e3, "side": "sell"}],
+     [{"symbol": "AAPL", "quantity": 0.5, "limit_price": 1, "side": "buy"}, {"symbol": "AAPL", "quantity": 1, "limit_price": 0.0, "side": "buy"}])
+tool("schedule_backup", {"retention_days": I(minimum=1, maximum=3650), "hour_utc": I(minimum=0, maximum=23),
+                         "compression_level": I(minimum=1, maximum=9, default=6)}, ["retention_days"],
+     [{"retention_days": 30.0, "hour_utc": 0.0}, {"retention_days": 3650, "compression_level": 9}],
+     [{"retention_days": 0}, {"retention_days": 7, "hour_utc": 24}, {"retention_days": 7, "compression_level": 9.5}])
+tool("geofence_alert", {"lat": N(minimum=-90, maximum=90), "lon": N(minimum=-180, maximum=180), "radius_m": N(minimum=1, maximum=50000)},
+     ["lat", "lon", "radius_m"],
+     [{"lat": 48.8566, "lon": 2.3522, "radius_m": 250.0}, {"lat": -90.0, "lon": 180.0, "radius_m": 5e4}],
+     [{"lat": 90.5, "lon": 0, "radius_m": 10}, {"lat": 0, "lon": -180.25, "radius_m": 10}, {"lat": 0, "lon": 0, "radius_m": 0.5}])
+tool("adjust_volume", {"percent": N(minimum=0, maximum=100, multipleOf=5), "device": S(maxLength=40)}, ["percent"],
+     [{"percent": 50.0}, {"percent": 0}, {"percent": 100.0, "device": "kitchen"}], [{"percent": 52}, {"percent": 105}])
+tool("split_bill", {"total": N(minimum=0.01), "people": I(minimum=2, maximum=50), "tip_percent": N(minimum=0, maximum=40)},
+     ["total", "people"], [{"total": 120.0, "people": 4.0}, {"total": 0.01, "people": 50, "tip_percent": 18.5}],
+     [{"total": 0, "people": 2}, {"total": 10, "people": 1}, {"total": 10, "people": 3, "tip_percent": 41.0}])
+tool("set_brightness", {"level": I(minimum=0, maximum=255), "transition_s": N(minimum=0, exclusiveMaximum=60)}, ["level"],
+     [{"level": 255.0}, {"level": 0, "transition_s": 0.5}, {"level": 128, "transition_s": 59.999}],
+     [{"level": 256}, {"level": 10, "transition_s": 60}, {"level": -1}])
+auto("sensor reading (draft 7, bounded number, integer floats)", {"$schema": D7, "type": "object", "properties": {
+    "sensor_id": S(pattern="^S[0-9]{3}$"), "value": N(minimum=-40, maximum=125), "battery": I(minimum=0, maximum=100),
+    "ts": I(minimum=1500000000)}, "required": ["sensor_id", "value", "ts"]},
+     [{"sensor_id": "S001", "value": 21.5, "ts": 1700000000}, {"sensor_id": "S002", "value": -40.0, "battery": 99.0, "ts": 1.7e9},
+      {"sensor_id": "S003", "value": 125, "ts": 1500000000.0}],
+     [{"sensor_id": "S001", "value": 125.5, "ts": 1700000000}, {"sensor_id": "S001", "value": 1, "ts": 1499999999},
+      {"sensor_id": "S001", "value": 1, "battery": 50.5, "ts": 1700000000}])
+auto("pagination (draft 6, integer floats)", {"$schema": D6, "type": "object", "properties": {
+    "page": I(minimum=1), "per_page": I(minimum=1, maximum=100), "total": I(minimum=0)}, "required": ["page", "per_page"]},
+     [{"page": 1, "per_page": 20.0}, {"page": 2.0, "per_page": 100, "total": 0.0}], [{"page": 0, "per_page": 20}, {"page": 1, "per_page": 100.5}])
+auto("pagination (draft 4, integer literals)", {"$schema": D4, "type": "object", "properties": {
+    "page": I(minimum=1), "per_page": I(minimum=1, maximum=100)}, "required": ["page", "per_page"]},
+     [{"page": 1, "per_page": 20}, {"page": 7, "per_page": 100}], [{"page": 0, "per_page": 20}, {"page": 1, "per_page": 101}])
+auto("audio clip (exclusive bounds, big floats)", O({"duration_s": N(exclusiveMinimum=0, maximum=3600), "sample_rate": E(8000, 16000, 44100, 48000),
+                                                     "gain_db": N(minimum=-60, maximum=12), "bytes": I(minimum=0, maximum=2147483647)},
+                                                    ["duration_s", "sample_rate"], False),
+     [{"duration_s": 1e-3, "sample_rate": 48000.0}, {"duration_s": 3600.0, "sample_rate": 8000, "gain_db": -60.0, "bytes": 2147483647}],
+     [{"duration_s": 0, "sample_rate": 8000}, {"duration_s": 1, "sample_rate": 22050}, {"duration_s": 1, "sample_rate": 8000, "bytes": 2147483648}])
+auto("telemetry histogram buckets (number arrays with bounds)", O({"le": A(N(minimum=0), minItems=1, maxItems=12),
+                                                                  "counts": A(I(minimum=0), minItems=1, maxItems=12)}, ["le", "counts"]),
+     [{"le": [0.005, 0.01, 0.1, 1.0, 10.0], "counts": [0, 3.0, 10, 12, 12]}, {"le": [1e2], "counts": [1]}],
+     [{"le": [-1], "counts": [1]}, {"le": [1], "counts": [1.5]}, {"le": [], "counts": [1]}])
+auto("currency amount (minor units, multipleOf on integers)", O({"amount_minor": I(minimum=0, multipleOf=5), "currency": S(pattern="^[A-Z]{3}$")},
+                                                              ["amount_minor", "currency"], False),
+     [{"amount_minor": 1250, "currency": "CHF"}, {"amount_minor": 0.0, "currency": "EUR"}, {"amount_minor": 5.0, "currency": "SEK"}],
+     [{"amount_minor": 1251, "currency": "CHF"}, {"amount_minor": -5, "currency": "CHF"}, {"amount_minor": 12.5, "currency": "CHF"}])
+auto("weather forecast hourly (nested bounds)", O({"hours": A(O({"t": I(minimum=0, maximum=23), "temp_c": N(minimum=-90, maximum=60),
+                                                               "precip_mm": N(minimum=0), "wind_kmh": N(minimum=0, maximum=400)},
+                                                              ["t", "temp_c"], False), maxItems=24)}, ["hours"]),
+     [{"hours": [{"t": 0, "temp_c": -3.5}, {"t": 1.0, "temp_c": 12.0, "precip_mm": 0.0, "wind_kmh": 1e2}]}, {"hours": []}],
+     [{"hours": [{"t": 24, "temp_c": 0}]}, {"hours": [{"t": 1, "temp_c": 61}]}, {"hours": [{"t": 1, "temp_c": 1, "precip_mm": -0.1}]}])
+
+LIBRARY_DEFS = {
+    "base": {"type": "object", "properties": {"name": S(pattern="^(@[a-z0-9-]+/)?[a-z0-9-._]+$"), "version": S(pattern="^[0-9]+\\.[0-9]+\\.[0-9]+"),
+                                              "main": S(), "module": S(), "browser": S(), "types": S(), "exports": {}},
+             "required": ["name", "version"]},
+    "noBrowser": {"not": {"required": ["browser"]}}, "noModule": {"not": {"required": ["module"]}},
+    "esm": {"required": ["module"]}, "typed": {"required": ["types"]}, "noExports": {"not": {"required": ["exports"]}}}
+for i, (combo, valid, invalid) in enumerate([
+    ({"allOf": [{"$ref": "#/definitions/base"}, {"anyOf": [{"$ref": "#/definitions/noBrowser"}, {"$ref": "#/definitions/esm"}]}]},
+     [{"name": "left-pad", "version": "1.3.0"}, {"name": "ui", "version": "2.0.0", "browser": "b.js", "module": "m.js"}],
+     [{"name": "ui", "version": "2.0.0", "browser": "b.js"}, {"name": "ui"}]),
+    ({"allOf": [{"$ref": "#/definitions/base"}, {"anyOf": [{"$ref": "#/definitions/noModule"}, {"$ref": "#/definitions/typed"}]},
+                {"anyOf": [{"$ref": "#/definitions/noExports"}, {"required": ["main"]}]}]},
+     [{"name": "@acme/core", "version": "0.1.0", "module": "x.mjs", "types": "x.d.ts"}, {"name": "a", "version": "1.0.0", "exports": {".": "./a.js"}, "main": "a.js"}],
+     [{"name": "a", "version": "1.0.0", "module": "x.mjs"}, {"name": "a", "version": "1.0.0", "exports": {}}]),
+    ({"allOf": [{"$ref": "#/definitions/base"}, {"$ref": "#/definitions/noBrowser"}, {"$ref": "#/definitions/noModule"}]},
+     [{"name": "cli-tool", "version": "3.2.1", "main": "bin.js"}, {"name": "x", "version": "0.0.1", "types": "t.d.ts"}],
+     [{"name": "x", "version": "0.0.1", "module": "m.js"}, {"name": "x", "version": "0.0.1", "browser": "b.js"}]),
+    ({"allOf": [{"$ref": "#/definitions/base"}, {"oneOf": [{"$ref": "#/definitions/esm"}, {"$ref": "#/definitions/noModule"}]}],
+      "properties": {"private": B()}},
+     [{"name": "x", "version": "1.0.0", "module": "m.js", "private": True}, {"name": "y", "version": "1.0.0"}],
+     [{"name": "x", "version": "1.0.0", "private": "yes"}, {"name": "x", "version": "one"}]),
+]):
+    auto(f"library manifest {i + 1} (not: required beside $refs)", {"$schema": D7, "definitions": LIBRARY_DEFS, **combo}, valid, invalid)
+
+QUBITS = A(I(minimum=0, maximum=127), minItems=1)
+GATE_SHAPES = [
+    O({"gate": E("h", "x", "y", "z", "s", "t"), "qubits": A(I(minimum=0, maximum=127), minItems=1, maxItems=1)}, ["gate", "qubits"], False),
+    O({"gate": E("cx", "cz", "swap"), "qubits": A(I(minimum=0, maximum=127), minItems=2, maxItems=2)}, ["gate", "qubits"], False),
+    O({"gate": E("rx", "ry", "rz"), "qubits": A(I(minimum=0, maximum=127), minItems=1, maxItems=1),
+       "params": A(N(), minItems=1, maxItems=1)}, ["gate", "qubits", "params"], False),
+    O({"gate": {"const": "measure"}, "qubits": QUBITS, "clbits": A(I(minimum=0), minItems=1)}, ["gate", "qubits", "clbits"], False)]
+auto("quantum circuit (anyOf of gate shapes with array bounds)", O({"num_qubits": I(minimum=1, maximum=128),
+                                                                 "ops": A({"anyOf": GATE_SHAPES}, maxItems=100)}, ["num_qubits", "ops"]),
+     [{"num_qubits": 2, "ops": [{"gate": "h", "qubits": [0]}, {"gate": "cx", "qubits": [0, 1]},
+                                {"gate": "measure", "qubits": [0, 1], "clbits": [0, 1]}]},
+      {"num_qubits": 1, "ops": [{"gate": "rz", "qubits": [0], "params": [3.14159]}, {"gate": "rx", "qubits": [0.0], "params": [1e-3]}]}],
+     [{"num_qubits": 2, "ops": [{"gate": "cx", "qubits": [0]}]}, {"num_qubits": 2, "ops": [{"gate": "h", "qubits": [0, 1]}]},
+      {"num_qubits": 2, "ops": [{"gate": "rz", "qubits": [0]}]}])
+auto("quantum circuit (oneOf gate shapes)", {"type": "array", "items": {"oneOf": GATE_SHAPES[:3]}, "minItems": 1},
+     [[{"gate": "x", "qubits": [3]}], [{"gate": "swap", "qubits": [1, 2]}, {"gate": "ry", "qubits": [1], "params": [-0.5]}]],
+     [[], [{"gate": "swap", "qubits": [1, 2, 3]}], [{"gate": "ry", "qubits": [1], "params": []}]])
+auto("quantum job (anyOf shapes, bounded shots)", O({"backend": S(minLength=1), "shots": I(minimum=1, maximum=100000),
+                                                   "circuits": A({"anyOf": [A({"anyOf": GATE_SHAPES[:2]}, minItems=1, maxItems=64),
+                                                                            O({"qasm": S(minLength=1)}, ["qasm"], False)]}, minItems=1, maxItems=8)},
+                                                  ["backend", "shots", "circuits"], False),
+     [{"backend": "sim", "shots": 1024.0, "circuits": [[{"gate": "h", "qubits": [0]}]]},
+      {"backend": "qpu-1", "shots": 1e5, "circuits": [{"qasm": "OPENQASM 2.0;"}, [{"gate": "cz", "qubits": [0, 1]}]]}],
+     [{"backend": "sim", "shots": 0, "circuits": [{"qasm": "x"}]}, {"backend": "sim", "shots": 1, "circuits": []},
+      {"backend": "sim", "shots": 1, "circuits": [[{"gate": "cz", "qubits": [0]}]]}])
+
+# smart-home device commands with bounded numeric parameters (floats where integers are asked, exponents)
+for device, params, valid, invalid in [
+    ("fan", {"speed": I(minimum=0, maximum=5), "oscillate": B()}, [{"speed": 3.0}, {"speed": 0, "oscillate": True}], [{"speed": 6}, {"speed": 2.5}]),
+    ("blinds", {"position": I(minimum=0, maximum=100), "tilt_deg": N(minimum=-90, maximum=90)}, [{"position": 100.0, "tilt_deg": -90}, {"position": 40}],
+     [{"position": 101}, {"position": 5, "tilt_deg": 90.5}]),
+    ("water_heater", {"target_c": N(minimum=35, maximum=75), "boost_minutes": I(minimum=0, maximum=120, multipleOf=15)},
+     [{"target_c": 55.5}, {"target_c": 75.0, "boost_minutes": 30.0}], [{"target_c": 80}, {"target_c": 60, "boost_minutes": 20}]),
+    ("sprinkler", {"zone": I(minimum=1, maximum=16), "minutes": N(exclusiveMinimum=0, maximum=90)}, [{"zone": 1, "minutes": 0.5}, {"zone": 16.0, "minutes": 9e1}],
+     [{"zone": 0, "minutes": 5}, {"zone": 2, "minutes": 0}]),
+    ("ev_charger", {"amps": I(minimum=6, maximum=48), "stop_at_percent": I(minimum=50, maximum=100, multipleOf=10)},
+     [{"amps": 32}, {"amps": 6.0, "stop_at_percent": 80.0}], [{"amps": 5}, {"amps": 16, "stop_at_percent": 85}]),
+    ("speaker", {"volume": N(minimum=0, maximum=1), "bass": I(minimum=-10, maximum=10)}, [{"volume": 0.35}, {"volume": 1.0, "bass": -10.0}],
+     [{"volume": 1.5}, {"volume": 0.5, "bass": 11}]),
+]:
+    tool(f"smart home: {device}", {"device_id": S(pattern="^[a-z0-9-]{3,32}$"), **params}, ["device_id", next(iter(params))],
+         [{"device_id": "dev-01", **v} for v in valid], [{"device_id": "dev-01", **v} for v in invalid])
+
+# metrics / analytics events (Snowplow-like self-describing, numbers by value)
+for event, props, req, valid, invalid in [
+    ("page_ping", {"min_x": I(minimum=0), "max_x": I(minimum=0), "min_y": I(minimum=0), "max_y": I(minimum=0)}, ["min_x", "max_y"],
+     [{"min_x": 0, "max_y": 1200.0}, {"min_x": 10.0, "max_x": 1920, "min_y": 0, "max_y": 3.2e3}], [{"min_x": -1, "max_y": 1}, {"min_x": 1.5, "max_y": 1}]),
+    ("video_progress", {"percent": N(minimum=0, maximum=100), "position_s": N(minimum=0), "muted": B()}, ["percent"],
+     [{"percent": 25.0}, {"percent": 100, "position_s": 1.2e2, "muted": False}], [{"percent": 100.01}, {"percent": 5, "position_s": -1}]),
+    ("purchase", {"order_id": S(minLength=1), "revenue": N(minimum=0), "items": I(minimum=1, maximum=999)}, ["order_id", "revenue"],
+     [{"order_id": "o-1", "revenue": 0}, {"order_id": "o-2", "revenue": 1e2, "items": 3.0}], [{"order_id": "", "revenue": 1}, {"order_id": "o", "revenue": -0.01}]),
+    ("app_timing", {"category": S(maxLength=64), "variable": S(maxLength=64), "timing_ms": I(minimum=0, maximum=3600000)}, ["category", "timing_ms"],
+     [{"category": "boot", "timing_ms": 1500.0}, {"category": "db", "variable": "q1", "timing_ms": 3.6e6}], [{"category": "x", "timing_ms": 3600001}, {"category": "x", "timing_ms": 12.5}]),
+    ("rating", {"stars": I(minimum=1, maximum=5), "comment": S(maxLength=500)}, ["stars"],
+     [{"stars": 5.0}, {"stars": 1, "comment": "meh"}], [{"stars": 0}, {"stars": 4.5}]),
+    ("geo_ping", {"lat": N(minimum=-90, maximum=90), "lon": N(minimum=-180, maximum=180), "accuracy_m": N(exclusiveMinimum=0)}, ["lat", "lon"],
+     [{"lat": 59.3293, "lon": 18.0686}, {"lat": 0.0, "lon": -0.0, "accuracy_m": 1.5e1}], [{"lat": -91, "lon": 0}, {"lat": 1, "lon": 1, "accuracy_m": 0}]),
+]:
+    auto(f"snowplow-like {event} (bounded numbers)", {"self": {"vendor": "com.example", "name": event, "format": "jsonschema", "version": "1-0-0"},
+                                                     **O(props, req, False)}, valid, invalid)
+
+# REST resources with numeric constraints (OpenAPI-like, int32/int64 formats, draft 4 and 2020-12)
+for resource, props, req, valid, invalid, draft in [
+    ("Product", {"id": I(format="int64", minimum=1), "price": N(minimum=0, exclusiveMaximum=1000000), "stock": I(format="int32", minimum=0),
+                 "weight_kg": N(minimum=0)}, ["id", "price"],
+     [{"id": 1, "price": 9.99}, {"id": 42, "price": 0, "stock": 2147483647, "weight_kg": 1.0}], [{"id": 0, "price": 1}, {"id": 1, "price": 1000000}], None),
+    ("Invoice", {"number": I(minimum=1), "subtotal": N(minimum=0), "tax_rate": N(minimum=0, maximum=0.5), "due_in_days": I(minimum=0, maximum=365)},
+     ["number", "subtotal"], [{"number": 1001, "subtotal": 250.0, "tax_rate": 0.2}, {"number": 7.0, "subtotal": 0, "due_in_days": 30.0}],
+     [{"number": 0, "subtotal": 1}, {"number": 1, "subtotal": 1, "tax_rate": 0.6}], None),
+    ("Shipment", {"id": I(format="int64"), "parcels": I(minimum=1, maximum=99), "declared_value": N(minimum=0)}, ["id", "parcels"],
+     [{"id": 5, "parcels": 1}, {"id": -3, "parcels": 99, "declared_value": 12.5}], [{"id": 5, "parcels": 100}, {"id": 5, "parcels": 1.5}], D4),
+    ("Subscription", {"seats": I(minimum=1, maximum=10000), "unit_amount": I(minimum=0, multipleOf=100), "trial_days": I(minimum=0, maximum=90)},
+     ["seats", "unit_amount"], [{"seats": 5, "unit_amount": 1200}, {"seats": 1.0, "unit_amount": 0.0, "trial_days": 14}],
+     [{"seats": 0, "unit_amount": 100}, {"seats": 1, "unit_amount": 150}], None),
+    ("Reservation", {"party_size": I(minimum=1, maximum=20), "table": I(minimum=1), "deposit": N(minimum=0, maximum=500)}, ["party_size"],
+     [{"party_size": 2}, {"party_size": 20.0, "table": 12, "deposit": 5e2}], [{"party_size": 21}, {"party_size": 4, "deposit": 500.5}], D7),
+    ("Loan", {"principal": N(exclusiveMinimum=0, maximum=1e7), "rate_apr": N(minimum=0, maximum=36), "term_months": E(12, 24, 36, 60, 72)},
+     ["principal", "rate_apr", "term_months"], [{"principal": 25000.0, "rate_apr": 6.5, "term_months": 60}, {"principal": 1e7, "rate_apr": 0, "term_months": 12.0}],
+     [{"principal": 0, "rate_apr": 1, "term_months": 12}, {"principal": 100, "rate_apr": 1, "term_months": 48}], None),
+]:
+    schema = O(props, req)
+    if draft:
+        schema = {"$schema": draft, **schema}
+    auto(f"openapi: {resource} (numeric constraints)", schema, valid, invalid)
+
+# configuration files with numeric limits
+for cfg, props, valid, invalid in [
+    ("nginx-like worker limits", {"worker_processes": {"anyOf": [I(minimum=1, maximum=256), {"const": "auto"}]}, "worker_connections": I(minimum=1, maximum=65535),
+                                  "keepalive_timeout_s": N(minimum=0, maximum=3600)},
+     [{"worker_processes": "auto", "worker_connections": 1024}, {"worker_processes": 4.0, "keepalive_timeout_s": 6.5e1}],
+     [{"worker_processes": 0}, {"worker_connections": 70000}]),
+    ("postgres-like tuning", {"max_connections": I(minimum=1, maximum=262143), "shared_buffers_mb": I(minimum=16), "random_page_cost": N(minimum=0, maximum=1e5),
+                              "checkpoint_completion_target": N(minimum=0, maximum=1)},
+     [{"max_connections": 100, "random_page_cost": 1.1}, {"shared_buffers_mb": 4096.0, "checkpoint_completion_target": 0.9}],
+     [{"max_connections": 0}, {"checkpoint_completion_target": 1.5}]),
+    ("jvm-like heap", {"xms_mb": I(minimum=16, multipleOf=16), "xmx_mb": I(minimum=16, multipleOf=16), "gc": E("g1", "zgc", "parallel")},
+     [{"xms_mb": 512, "xmx_mb": 2048.0}, {"gc": "zgc"}], [{"xms_mb": 500}, {"xmx_mb": 8}]),
+    ("rate limiter", {"requests_per_second": N(exclusiveMinimum=0, maximum=1e6), "burst": I(minimum=1), "window_s": I(minimum=1, maximum=86400)},
+     [{"requests_per_second": 0.5, "burst": 1}, {"requests_per_second": 1e3, "burst": 50.0, "window_s": 60}],
+     [{"requests_per_second": 0}, {"burst": 0}, {"window_s": 86401}]),
+    ("retry policy", {"max_attempts": I(minimum=1, maximum=10), "initial_backoff_s": N(exclusiveMinimum=0), "multiplier": N(minimum=1, maximum=10),
+                      "jitter": N(minimum=0, maximum=1)},
+     [{"max_attempts": 3, "initial_backoff_s": 0.1, "multiplier": 2.0}, {"max_attempts": 10.0, "jitter": 0.0}],
+     [{"max_attempts": 0}, {"multiplier": 0.5}, {"jitter": 1.1}]),
+    ("autoscaler", {"min_replicas": I(minimum=0, maximum=1000), "max_replicas": I(minimum=1, maximum=1000), "target_cpu": N(minimum=0.05, maximum=1),
+                    "cooldown_s": I(minimum=0, multipleOf=30)},
+     [{"min_replicas": 1, "max_replicas": 10, "target_cpu": 0.6}, {"max_replicas": 1000.0, "cooldown_s": 300.0}],
+     [{"min_replicas": -1}, {"target_cpu": 0.01}, {"cooldown_s": 45}]),
+]:
+    auto(f"config: {cfg}", O(props, (), False), valid, invalid)
+
+# uniqueItems / not / propertyNames shapes issue 33 lists (kept whether or not sprig compiles them)
+auto("tags: uniqueItems over an enum with bounds", O({"days": A(E("mon", "tue", "wed", "thu", "fri", "sat", "sun"), uniqueItems=True, minItems=1, maxItems=7),
+                                                    "priority": I(minimum=1, maximum=5)}, ["days"]),
+     [{"days": ["mon", "fri"]}, {"days": ["sun"], "priority": 5.0}], [{"days": []}, {"days": ["mon", "mon"]}, {"days": ["mon"], "priority": 0}])
+auto("object without a forbidden key (not: required)", O({"name": S(), "password": S(), "token": S()}, ["name"],
+                                                       **{"not": {"required": ["password", "token"]}}),
+     [{"name": "a"}, {"name": "a", "password": "p"}, {"name": "a", "token": "t"}], [{"name": "a", "password": "p", "token": "t"}, {"password": "p"}])
+auto("feature matrix (propertyNames + bounded values)", {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_]{0,30}$"},
+                                                       "additionalProperties": N(minimum=0, maximum=1), "maxProperties": 8},
+     [{"dark_mode": 1.0, "beta": 0.25}, {}], [{"Dark": 1}, {"x": 2}, {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 1, "h": 1, "i": 1}])
+
+# kubernetes-like numeric fields (probes, ports, resources)
+for name, props, valid, invalid in [
+    ("liveness probe", {"initialDelaySeconds": I(minimum=0), "periodSeconds": I(minimum=1), "timeoutSeconds": I(minimum=1),
+                        "failureThreshold": I(minimum=1), "httpGet": O({"path": S(pattern="^/"), "port": I(minimum=1, maximum=65535)}, ["port"])},
+     [{"periodSeconds": 10, "httpGet": {"path": "/healthz", "port": 8080}}, {"initialDelaySeconds": 0.0, "failureThreshold": 3.0}],
+     [{"periodSeconds": 0}, {"httpGet": {"port": 70000}}]),
+    ("service port", {"port": I(minimum=1, maximum=65535), "targetPort": {"anyOf": [I(minimum=1, maximum=65535), S(pattern="^[a-z]([-a-z0-9]*[a-z0-9])?$", maxLength=15)]},
+                      "nodePort": I(minimum=30000, maximum=32767), "protocol": E("TCP", "UDP", "SCTP")},
+     [{"port": 80, "targetPort": "http"}, {"port": 443.0, "targetPort": 8443, "nodePort": 30443, "protocol": "TCP"}],
+     [{"port": 0}, {"port": 80, "nodePort": 29999}, {"port": 80, "targetPort": "Not_Valid"}]),
+    ("pod disruption budget", {"minAvailable": {"anyOf": [I(minimum=0), S(pattern="^[0-9]{1,3}%$")]}, "maxUnavailable": {"anyOf": [I(minimum=0), S(pattern="^[0-9]{1,3}%$")]}},
+     [{"minAvailable": 2}, {"maxUnavailable": "25%"}, {"minAvailable": 1.0}], [{"minAvailable": -1}, {"maxUnavailable": "lots"}]),
+    ("job spec", {"parallelism": I(minimum=0), "completions": I(minimum=0), "backoffLimit": I(minimum=0, maximum=100),
+                  "activeDeadlineSeconds": I(minimum=1), "ttlSecondsAfterFinished": I(minimum=0)},
+     [{"parallelism": 2, "completions": 10}, {"backoffLimit": 6.0, "activeDeadlineSeconds": 3.6e3}], [{"backoffLimit": 101}, {"activeDeadlineSeconds": 0}]),
+]:
+    auto(f"kubernetes: {name} (numbers by value)", O(props, (), False, **{"x-kubernetes-preserve-unknown-fields": False}), valid, invalid)
+
+# LLM / chat API payloads
+auto("chat completion request (sampling bounds)", O({
+    "model": S(minLength=1), "messages": A(O({"role": E("system", "user", "assistant", "tool"), "content": {"type": ["string", "null"]}},
+                                             ["role", "content"], False), minItems=1),
+    "temperature": N(minimum=0, maximum=2), "top_p": N(exclusiveMinimum=0, maximum=1), "max_tokens": I(minimum=1, maximum=131072),
+    "presence_penalty": N(minimum=-2, maximum=2), "n": I(minimum=1, maximum=16), "seed": I(format="int64")}, ["model", "messages"], False),
+     [{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7, "max_tokens": 256.0},
+      {"model": "m", "messages": [{"role": "assistant", "content": None}], "top_p": 1.0, "n": 1, "seed": -42, "presence_penalty": -2.0}],
+     [{"model": "m", "messages": [], "temperature": 1}, {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 2.5},
+      {"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}])
+auto("embedding request (dimensions multipleOf)", O({"input": {"anyOf": [S(), A(S(), minItems=1, maxItems=2048)]}, "model": S(),
+                                                    "dimensions": I(minimum=64, maximum=3072, multipleOf=64), "encoding_format": E("float", "base64")},
+                                                   ["input", "model"], False),
+     [{"input": "hello", "model": "e"}, {"input": ["a", "b"], "model": "e", "dimensions": 256.0}],
+     [{"input": [], "model": "e"}, {"input": "x", "model": "e", "dimensions": 100}, {"input": "x", "model": "e", "dimensions": 4096}])
+auto("tool result with scores (number arrays)", O({"tool_call_id": S(minLength=1), "results": A(O({"doc": S(), "score": N(minimum=0, maximum=1)},
+                                                                                               ["doc", "score"], False), maxItems=10)},
+                                                 ["tool_call_id", "results"], False),
+     [{"tool_call_id": "c1", "results": [{"doc": "a", "score": 1.0}, {"doc": "b", "score": 0.125}]}, {"tool_call_id": "c2", "results": []}],
+     [{"tool_call_id": "c1", "results": [{"doc": "a", "score": 1.01}]}, {"tool_call_id": "", "results": []}])
+
+# CI / workflow configuration with numeric limits
+auto("ci job (timeouts, matrix of versions)", O({
+    "runs-on": S(), "timeout-minutes": N(minimum=1, maximum=360), "strategy": O({"max-parallel": I(minimum=1), "fail-fast": B(),
+                                                                              "matrix": O({"python": A(S(pattern="^3\\.[0-9]+$"), minItems=1, uniqueItems=True)})}),
+    "continue-on-error": B()}, ["runs-on"]),
+     [{"runs-on": "ubuntu-latest", "timeout-minutes": 30.0}, {"runs-on": "x", "strategy": {"max-parallel": 2.0, "matrix": {"python": ["3.11", "3.12"]}}}],
+     [{"runs-on": "x", "timeout-minutes": 0.5}, {"runs-on": "x", "strategy": {"max-parallel": 0}}])
+auto("cron-like schedule (integer fields as numbers)", O({"minute": I(minimum=0, maximum=59), "hour": I(minimum=0, maximum=23),
+                                                        "day_of_month": I(minimum=1, maximum=31), "month": I(minimum=1, maximum=12),
+                                                        "day_of_week": I(minimum=0, maximum=6)}, ["minute", "hour"], False),
+     [{"minute": 0, "hour": 3}, {"minute": 30.0, "hour": 23.0, "day_of_week": 6, "month": 12}], [{"minute": 60, "hour": 1}, {"minute": 1, "hour": 1, "month": 0}])
+
+# geometry and measurement shapes
+auto("bounding box (4 bounded numbers, prefixItems)", {"type": "array", "prefixItems": [N(minimum=-180, maximum=180), N(minimum=-90, maximum=90),
+                                                                                         N(minimum=-180, maximum=180), N(minimum=-90, maximum=90)],
+                                                      "items": False, "minItems": 4},
+     [[-10.5, 35.0, 30.25, 60.0], [-180, -90, 180.0, 90.0]], [[0, 0, 0], [0, 91, 0, 0], [0, 0, 0, 0, 0]])
+auto("color (rgb channels 0..255, alpha 0..1)", O({"r": I(minimum=0, maximum=255), "g": I(minimum=0, maximum=255), "b": I(minimum=0, maximum=255),
+                                                  "a": N(minimum=0, maximum=1)}, ["r", "g", "b"], False),
+     [{"r": 255, "g": 128.0, "b": 0}, {"r": 0.0, "g": 0, "b": 0, "a": 0.5}], [{"r": 256, "g": 0, "b": 0}, {"r": 1, "g": 1, "b": 1, "a": 2}])
+auto("unit-tagged measurement (oneOf by unit with ranges)", {"oneOf": [
+    O({"unit": {"const": "celsius"}, "value": N(minimum=-273.15)}, ["unit", "value"], False),
+    O({"unit": {"const": "kelvin"}, "value": N(minimum=0)}, ["unit", "value"], False)]},
+     [{"unit": "celsius", "value": -273.15}, {"unit": "kelvin", "value": 0.0}, {"unit": "kelvin", "value": 3e2}],
+     [{"unit": "kelvin", "value": -1}, {"unit": "celsius", "value": -300}, {"unit": "fahrenheit", "value": 1}])
+auto("recursive budget tree (bounded amounts)", {"$defs": {"node": O({"name": S(minLength=1), "amount": N(minimum=0),
+                                                                      "children": A({"$ref": "#/$defs/node"}, maxItems=5)}, ["name", "amount"], False)},
+                                                "$ref": "#/$defs/node"},
+     [{"name": "root", "amount": 1e4, "children": [{"name": "a", "amount": 2500.0}, {"name": "b", "amount": 0}]}, {"name": "leaf", "amount": 1.5}],
+     [{"name": "root", "amount": -1}, {"name": "root", "amount": 1, "children": [{"name": "", "amount": 1}]}])
+auto("semver range object (integers by value)", O({"major": I(minimum=0), "minor": I(minimum=0), "patch": I(minimum=0),
+                                                  "prerelease": S(pattern="^[0-9A-Za-z.-]+$")}, ["major", "minor", "patch"], False),
+     [{"major": 1, "minor": 0, "patch": 0}, {"major": 2.0, "minor": 10.0, "patch": 3, "prerelease": "rc.1"}],
+     [{"major": -1, "minor": 0, "patch": 0}, {"major": 1, "minor": 0.5, "patch": 0}])
+auto("battery report (exclusiveMaximum, integer percent)", O({"percent": I(minimum=0, maximum=100), "voltage": N(exclusiveMinimum=0, exclusiveMaximum=5),
+                                                             "cycles": I(minimum=0), "charging": B()}, ["percent", "voltage"], False),
+     [{"percent": 87, "voltage": 3.85}, {"percent": 100.0, "voltage": 4.999, "cycles": 1.2e3, "charging": True}],
+     [{"percent": 87, "voltage": 5}, {"percent": 87.5, "voltage": 3.7}, {"percent": 87, "voltage": 0}])
+auto("draft-4 exclusive booleans with float bounds", {"$schema": D4, "type": "object", "properties": {
+    "ratio": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1}, "count": {"type": "integer", "minimum": 1}}, "required": ["ratio"]},
+     [{"ratio": 0.5}, {"ratio": 1, "count": 3}], [{"ratio": 0}, {"ratio": 1.5}, {"ratio": 0.5, "count": 0}])
+
+
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
     json.dump(C, out, indent=1, ensure_ascii=False)
 print(len(C), "schemas,", sum(len(c["valid"]) + len(c["invalid"]) for c in C), "instances")
