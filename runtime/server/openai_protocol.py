@@ -79,6 +79,7 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
     suffix: str | None = None
     best_of: int | None = None
+    response_format: ResponseFormat | None = None
 
 
 class Role(str, Enum):
@@ -121,8 +122,11 @@ class JsonSchemaFormat(StrictModel):
 
 
 class ResponseFormat(StrictModel):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    # structural_tag (SGLang's and vLLM's): free text; a trigger opens one of the structures (begin, schema, end)
+    structures: list[dict[str, Any]] | None = None
+    triggers: list[str] | None = None
 
 
 class FunctionDef(StrictModel):
@@ -164,6 +168,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    constrain_tool_calls: bool | None = Field(
+        None, description="auto mode: false leaves opened calls unconstrained, parsed after the fact (sprig)")
 
 
 # --- responses (dataclasses: orjson serializes them directly, fast on the streaming path) -------------------
