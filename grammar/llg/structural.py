@@ -23,7 +23,7 @@ def structural_grammar(tag: StructuralTag, options: JsonOptions) -> Grammar:
     from sprig.grammar.schema.to_cfg import schema_to_grammar
 
     grammar = Grammar()
-    values = []
+    values: list[Term] = []
     for i, s in enumerate(tag.structures):
         opts = JsonOptions(options.whitespace, options.max_whitespace, s.strict or options.strict,
                            options.max_recursion_depth, options.any_value_depth,
@@ -32,8 +32,11 @@ def structural_grammar(tag: StructuralTag, options: JsonOptions) -> Grammar:
             values.append(grammar.embed(schema_to_grammar(s.schema, opts), f"s{i}_"))
         except GrammarError as exc:
             raise exc.with_param(f"structural_tag.structures.{i}.schema") from None
-    runs = {t: _run(tag, t, values) for t in tag.triggers}
-    runs = {t: r for t, r in runs.items() if r is not None}
+    runs: dict[str, Term] = {}
+    for t in tag.triggers:
+        run = _run(tag, t, values)
+        if run is not None:
+            runs[t] = run
     if tag.mode is TagMode.FORCED:
         one = choice(*(cat(lex(ir.lit(t)), r) for t, r in runs.items()))
         gap = opt(lex(ir.rep(ir.chars(charset.of_chars(" \n")), 1, 2)))

@@ -30,9 +30,7 @@ from sprig.runtime.server.openai_protocol import (
     CompletionChoice,
     CompletionChunk,
     CompletionResponse,
-    FunctionCallDelta,
     ToolCall,
-    ToolCallDelta,
 )
 from sprig.runtime.server.openai_tools import ToolChoiceKind, calls_from_output
 from sprig.runtime.server.state import TokenTexts
@@ -132,6 +130,15 @@ class CompletionStreamer:
         return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage)
 
 
+def _call_delta(index: int, call_id: str, name: str, head: bool, piece: str | None) -> dict[str, Any]:
+    """One call's delta as OpenAI writes it: id, type and name only in its first, absent (not null) after."""
+    function: dict[str, Any] = {"name": name} if head else {}
+    if piece or head:
+        function["arguments"] = piece or ""
+    out: dict[str, Any] = {"index": index, "function": function}
+    return {**out, "id": call_id, "type": "function"} if head else out
+
+
 class ChatStreamer:
     """Turns the engine's deltas into /v1/chat/completions chunks, tool calls included.
 
@@ -182,9 +189,7 @@ class ChatStreamer:
             call = parser.calls[k] if k < len(parser.calls) else None
             if call is None:
                 continue
-            head = k in event.headers
-            calls.append(ToolCallDelta(k, FunctionCallDelta(call.name if head else None, event.pieces.get(k)),
-                                       call.id if head else None, "function" if head else None))
+            calls.append(_call_delta(k, call.id, call.name, k in event.headers, event.pieces.get(k)))
         if not event.content and not calls:
             return None
         return ChatDelta(content=event.content or None, tool_calls=calls or None)

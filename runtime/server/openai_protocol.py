@@ -292,7 +292,7 @@ class ToolCallDelta:
 class ChatDelta:
     role: str | None = None
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta] | list[dict[str, Any]] | None = None  # dicts: keys left out, as OpenAI does
 
 
 @dataclass(slots=True)

@@ -192,13 +192,14 @@ def plan_tools(tools: list[ToolDef] | None, choice: str | NamedToolChoice | None
         check_schema(params, f"tools.{i}.function.parameters", f"tool {fn.name!r}: ")
         functions.append({"name": fn.name, "description": fn.description or "", "parameters": params})
     strict = tuple(t.function.name for t in tools if t.function.strict)
-    more = {"fmt": fmt, "parallel": parallel is not False, "strict": strict, "constrain": constrain is not False}
     if isinstance(choice, NamedToolChoice):
         if choice.function.name not in seen:
             raise bad_request(f"tool_choice names {choice.function.name[:64]!r}, which is not in tools",
                               "tool_choice", "invalid_tool_choice")
-        return ToolPlan(tuple(functions), ToolChoiceKind.NAMED, choice.function.name, **more)
-    return ToolPlan(tuple(functions), ToolChoiceKind(choice or "auto"), **more)
+        kind, name = ToolChoiceKind.NAMED, choice.function.name
+    else:
+        kind, name = ToolChoiceKind(choice or "auto"), None
+    return ToolPlan(tuple(functions), kind, name, fmt, parallel is not False, strict, constrain is not False)
 
 
 def tool_constraint(plan: ToolPlan) -> str | None:
