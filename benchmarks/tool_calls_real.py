@@ -43,6 +43,7 @@ QUESTIONS = [
     "What is the weather in {city} in {unit}?", "Add {a} and {b}.", "Search the web for {topic}.",
     "Is it raining in {city}?", "What is {a} plus {b}?", "Find news about {topic}.",
 ]
+NUDGE = [{"role": "system", "content": "Answer by calling one of the functions, with no text before the call."}]
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Denver", "Pune", "Quito"]
 TOPICS = ["solar panels", "chess openings", "sourdough bread", "the Rust language", "tides"]
 
@@ -60,13 +61,15 @@ def valid(name: str, arguments: str) -> bool:
     return True
 
 
-def auto_mode(client: openai.OpenAI, model: str, requests: int, constrain: bool, max_tokens: int) -> dict[str, Any]:
+def auto_mode(client: openai.OpenAI, model: str, requests: int, constrain: bool, max_tokens: int,
+              nudge: bool) -> dict[str, Any]:
     opened = calls = good = 0
     start = time.perf_counter()
     raw_invalid: list[str] = []
     for i in range(requests):
         res = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": question(i)}], tools=TOOLS, tool_choice="auto",
+            model=model, messages=[*NUDGE[:nudge], {"role": "user", "content": question(i)}], tools=TOOLS,
+            tool_choice="auto",
             max_tokens=max_tokens, temperature=0.7, seed=i, extra_body={"constrain_tool_calls": constrain,
                                                                         "skip_special_tokens": False})
         msg = res.choices[0].message
@@ -86,12 +89,12 @@ def auto_mode(client: openai.OpenAI, model: str, requests: int, constrain: bool,
 def round_trip(client: openai.OpenAI, model: str) -> dict[str, Any]:
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris in celsius?"}]
     first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, tool_choice="required",
-                                           max_tokens=64, temperature=0)
+                                           max_tokens=64, temperature=0, parallel_tool_calls=False)
     call = first.choices[0].message.tool_calls[0]
     messages += [first.choices[0].message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"celsius": 18, "sky": "clear"})}]
     answer = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=48,
-                                            temperature=0)
+                                            temperature=0, tool_choice="none")
     return {"call": {"name": call.function.name, "arguments": call.function.arguments},
             "finish_reasons": [first.choices[0].finish_reason, answer.choices[0].finish_reason],
             "answer": answer.choices[0].message.content}
@@ -114,13 +117,14 @@ def main() -> None:
     p.add_argument("--base-url", default="http://127.0.0.1:30000/v1")
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--nudge", action="store_true", help="a system message asking for a call (more calls opened)")
     args = p.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
     sections = {"round_trip": lambda: round_trip(client, model),
                 "structural_tag": lambda: structural_tag(client, model),
-                "constrained": lambda: auto_mode(client, model, args.requests, True, args.max_tokens),
-                "unconstrained": lambda: auto_mode(client, model, args.requests, False, args.max_tokens)}
+                "constrained": lambda: auto_mode(client, model, args.requests, True, args.max_tokens, args.nudge),
+                "unconstrained": lambda: auto_mode(client, model, args.requests, False, args.max_tokens, args.nudge)}
     for name, section in sections.items():  # why: one line per section as it finishes (a long run shows progress)
         print(json.dumps({"model": model, name: section()}, ensure_ascii=False), flush=True)
 

@@ -116,3 +116,18 @@ def test_an_invalid_schema_names_its_structure(compiler):
     with pytest.raises(GrammarError) as e:
         compiler.compile(GrammarSpec.structural_tag(tag.to_json()))
     assert e.value.param.startswith("structural_tag.structures.1.schema")
+
+
+def test_speculative_drafts_are_cut_where_a_call_breaks_its_schema(auto):
+    """One grammar covers the free text and the calls, so the spec path's walk checks drafts on both sides."""
+    from sprig.runtime.engine.spec.speculator import walk_grammar
+
+    encode = auto.tokenizer_info.tokenizer.encode
+    good = encode(f"hi {CALL} bye", add_special_tokens=False).ids
+    bad = encode('hi <tool_call>\n{"name": "weather", "arguments": {"town"', add_special_tokens=False).ids
+    matcher = matcher_for(auto)
+    kept, rows = walk_grammar(matcher, good, auto.tokenizer_info.vocab_size)
+    assert kept == good and rows.shape[0] == len(good) + 1
+    kept, _ = walk_grammar(matcher, bad, auto.tokenizer_info.vocab_size)
+    assert 0 < len(kept) < len(bad) and prefix_ok(auto, auto.tokenizer_info.tokenizer.decode(kept))
+    assert matcher.state == matcher_for(auto).state  # the walk leaves the matcher where it started

@@ -110,3 +110,18 @@ def test_bad_structures_and_tool_schemas_name_the_field(server, model_id, body, 
     assert r.status_code == 400 and r.json()["error"]["param"] == param
     if "tools" in body:
         assert "'f'" in r.json()["error"]["message"] and "/properties/a/type" in r.json()["error"]["message"]
+
+
+def test_the_tool_agent_example_runs_a_round_trip(client):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "tool_agent.py"
+    spec = importlib.util.spec_from_file_location("sprig_example_tool_agent", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.run_agent(client, "What is 19 plus 23?", max_tokens=120)
+    call = out["trace"][0]
+    assert call["call"] in ("add", "get_weather") and "result" in call  # the random model's call ran as is
+    assert "answer" in out["trace"][-1]
