@@ -25,6 +25,13 @@ MAX_STRUCTURES = 256
 MAX_MARKER_CHARS = 512  # why: begin, end and triggers are literals forced into the output; longer is abuse
 
 
+class ValueSyntax(Enum):
+    """How a structure writes the value its schema describes."""
+
+    JSON = "json"  # a JSON value
+    PYTHON_KWARGS = "python_kwargs"  # an object schema's properties as Python keyword arguments: a=1, b="x"
+
+
 class TagMode(Enum):
     """Whether structures open on a trigger inside free text, or fill the output from its first token."""
 
@@ -44,6 +51,7 @@ class Structure:
     schema: str
     end: str
     strict: bool = False
+    syntax: ValueSyntax = ValueSyntax.JSON
 
 
 @dataclass(frozen=True)
@@ -122,8 +130,13 @@ def _structure(raw: Any, i: int) -> Structure:
     for key in ("begin", "end"):
         if not isinstance(raw.get(key), str):
             raise _bad(f"structural_tag.structures[{i}].{key} must be a string", f"structures.{i}.{key}")
+    try:
+        syntax = ValueSyntax(raw.get("syntax", "json"))
+    except ValueError:
+        raise _bad(f"structural_tag.structures[{i}].syntax must be 'json' or 'python_kwargs'",
+                   f"structures.{i}.syntax") from None
     return Structure(_marker(raw["begin"], f"structures.{i}.begin"), schema,
-                     _marker(raw["end"], f"structures.{i}.end"), bool(raw.get("strict", False)))
+                     _marker(raw["end"], f"structures.{i}.end"), bool(raw.get("strict", False)), syntax)
 
 
 def _is_json(text: str) -> bool:
@@ -155,8 +168,8 @@ def _mode_error() -> TagMode:
 
 def _as_dict(tag: StructuralTag) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "structures": [{"begin": s.begin, "schema": json.loads(s.schema), "end": s.end, "strict": s.strict}
-                       for s in tag.structures],
+        "structures": [{"begin": s.begin, "schema": json.loads(s.schema), "end": s.end, "strict": s.strict,
+                        "syntax": s.syntax.value} for s in tag.structures],
         "triggers": list(tag.triggers), "mode": tag.mode.value, "parallel": tag.parallel,
         "fence_aware": tag.fence_aware}
     if tag.envelope is not None:

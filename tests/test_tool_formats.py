@@ -95,5 +95,23 @@ def test_each_format_grammar_takes_its_calls_and_refuses_bad_arguments(compiler,
     assert not all(matcher.accept_token(t) for t in ids)
 
 
-def test_pythonic_has_no_output_grammar():
-    assert not constrainable(PYTHONIC) and all(constrainable(f) for f in (QWEN25, LLAMA3, MISTRAL))
+def test_pythonic_calls_are_constrained_only_when_forced(compiler):
+    assert not constrainable(PYTHONIC, forced=False) and constrainable(PYTHONIC, forced=True)
+    assert all(constrainable(f, forced=False) for f in (QWEN25, LLAMA3, MISTRAL))
+    flags = {"type": "object", "properties": {"on": {"type": "boolean"}, "tag": {"enum": ["a", None]},
+                                              "n": {"type": "integer"}}, "required": ["n"]}
+    functions = (*FUNCTIONS, {"name": "flags", "parameters": flags})
+    compiled = compiler.compile(GrammarSpec.structural_tag(PYTHONIC.tag(functions, {}, True, True).to_json()))
+
+    def takes(text: str) -> bool:
+        ids = compiled.tokenizer_info.tokenizer.encode(text, add_special_tokens=False).ids
+        matcher = matcher_for(compiled)
+        return all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
+
+    assert takes(TEXTS["pythonic"]) and takes('[flags(on=True, tag=None, n=2)]') and takes("[flags(n=-4)]")
+    assert not takes("[flags(on=true, n=2)]") and not takes("[flags(on=True)]")  # JSON literal; n is required
+    assert not takes("[count(n=0)]") and not takes('[weather(town="x")]')
+    parser = CallParser(PYTHONIC, {"flags"})
+    parser.feed('[flags(on=True, tag=None, n=2)]')
+    parser.finish()
+    assert json.loads(parser.complete_calls()[0].arguments) == {"on": True, "tag": None, "n": 2}

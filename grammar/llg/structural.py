@@ -3,17 +3,40 @@
 TRIGGERED: ``start: seg* TAIL?`` (``seg?`` without parallel), where a ``seg`` is a lazy lexeme matching free
 text up to and including the first trigger (outside code fences), then the rest of a structure that trigger
 opens; ``TAIL`` is free text containing no trigger outside code fences. FORCED: structures from the first token.
-Every schema goes through sprig's own JSON-Schema compiler (`schema/to_cfg.py`), so arguments are exact.
+Every schema goes through sprig's own JSON-Schema compiler (`schema/to_cfg.py`), so arguments are exact; a
+``python_kwargs`` structure writes an object's declared properties as keyword arguments with Python's literals.
 """
 
 from __future__ import annotations
 
-from sprig.grammar.errors import GrammarError
-from sprig.grammar.llg.cfg import Grammar, Lazy, LexAnd, Term, cat, choice, lex, opt, repeat
-from sprig.grammar.regex import charset, ir
-from sprig.grammar.spec import JsonOptions
-from sprig.grammar.structural import StructuralTag, Structure, TagMode
+import json
+import re
 
+from sprig.grammar.errors import GrammarError, GrammarErrorCode
+from sprig.grammar.llg.cfg import (
+    EMPTY,
+    Cat,
+    Choice,
+    Grammar,
+    Lazy,
+    Lex,
+    LexAnd,
+    Repeat,
+    Sym,
+    Term,
+    cat,
+    choice,
+    lex,
+    opt,
+    repeat,
+)
+from sprig.grammar.regex import charset, ir
+from sprig.grammar.schema.json_text import FALSE, NULL, TRUE
+from sprig.grammar.spec import JsonOptions
+from sprig.grammar.structural import StructuralTag, Structure, TagMode, ValueSyntax
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LITERALS = ((NULL, ir.lit("None")), (TRUE, ir.lit("True")), (FALSE, ir.lit("False")))
 ANY_TEXT = ir.star(ir.chars(((0, 0x10FFFF),)))
 FENCE = ir.lit("```")
 
@@ -29,7 +52,10 @@ def structural_grammar(tag: StructuralTag, options: JsonOptions) -> Grammar:
                            options.max_recursion_depth, options.any_value_depth,
                            options.allow_extra_properties and not s.strict)
         try:
-            values.append(grammar.embed(schema_to_grammar(s.schema, opts), f"s{i}_"))
+            if s.syntax is ValueSyntax.PYTHON_KWARGS:
+                values.append(kwargs_grammar(grammar, s.schema, opts, f"s{i}_"))
+            else:
+                values.append(grammar.embed(schema_to_grammar(s.schema, opts), f"s{i}_"))
         except GrammarError as exc:
             raise exc.with_param(f"structural_tag.structures.{i}.schema") from None
     runs: dict[str, Term] = {}
@@ -51,6 +77,63 @@ def structural_grammar(tag: StructuralTag, options: JsonOptions) -> Grammar:
         grammar.add("start", cat(segs, opt(tail)))
     grammar.prune()
     return grammar
+
+
+def kwargs_grammar(grammar: Grammar, schema_text: str, options: JsonOptions, prefix: str) -> Term:
+    """An object schema's declared properties as Python keyword arguments, in declared order (a subset of the
+    schema's language: extra keys are never written); each value is its JSON grammar with Python's literals."""
+    from sprig.grammar.schema.to_cfg import schema_to_grammar
+
+    schema = json.loads(schema_text)
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict):
+        raise GrammarError("python keyword arguments need an object schema with properties",
+                           GrammarErrorCode.INVALID_SCHEMA)
+    shared = {k: schema[k] for k in ("$defs", "definitions") if k in schema}  # why: "#/$defs/..." refs resolve
+    required = set(schema.get("required", []))
+    props = list(schema.get("properties", {}).items())
+    items = []
+    for j, (key, sub) in enumerate(props):
+        if not _IDENT.fullmatch(key):
+            raise GrammarError(f"property {key[:40]!r} is not a Python identifier", GrammarErrorCode.INVALID_SCHEMA)
+        body = {**shared, **sub} if isinstance(sub, dict) else sub
+        value = grammar.embed(_pythonized(schema_to_grammar(json.dumps(body), options)), f"{prefix}k{j}_")
+        items.append(cat(_lit(f"{key}="), value))
+    sep = _lit(", ")
+    first: Term = EMPTY  # kwargs from property j on, none written yet
+    rest: Term = EMPTY  # kwargs from property j on, one already written
+    for j in range(len(props) - 1, -1, -1):
+        optional = props[j][0] not in required
+        grammar.add(f"{prefix}t{j}", choice(cat(sep, items[j], rest), *([rest] if optional else [])))
+        grammar.add(f"{prefix}f{j}", choice(cat(items[j], rest), *([first] if optional else [])))
+        rest, first = Sym(f"{prefix}t{j}"), Sym(f"{prefix}f{j}")
+    return first
+
+
+def _pythonized(grammar: Grammar) -> Grammar:
+    """The JSON literals true / false / null written as Python's True / False / None."""
+    grammar.rules = {name: _python_literals(body) for name, body in grammar.rules.items()}
+    return grammar
+
+
+def _python_literals(term: Term) -> Term:
+    if isinstance(term, Lex):
+        return Lex(_swap(term.regex))
+    if isinstance(term, Cat):
+        return Cat(tuple(_python_literals(i) for i in term.items))
+    if isinstance(term, Choice):
+        return Choice(tuple(_python_literals(i) for i in term.items))
+    if isinstance(term, Repeat):
+        return Repeat(_python_literals(term.item), term.lo, term.hi)
+    return term
+
+
+def _swap(node: ir.Node) -> ir.Node:
+    for json_word, python_word in _LITERALS:
+        if node == json_word:
+            return python_word
+    if isinstance(node, ir.Alt):
+        return ir.alt(*(_swap(i) for i in node.items))
+    return node
 
 
 def _run(tag: StructuralTag, trigger: str, values: list[Term]) -> Term | None:

@@ -64,8 +64,9 @@ class ToolPlan:
 
     @property
     def constrained(self) -> bool:
-        return self.kind is not ToolChoiceKind.NONE and constrainable(self.fmt) and (
-            self.constrain or self.kind is not ToolChoiceKind.AUTO)
+        if self.kind is ToolChoiceKind.AUTO:
+            return self.constrain and constrainable(self.fmt, forced=False)
+        return self.kind is not ToolChoiceKind.NONE
 
     def parser(self) -> CallParser:
         """A fresh parser of one choice's output."""

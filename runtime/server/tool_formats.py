@@ -4,7 +4,8 @@ Names follow SGLang's ``--tool-call-parser``:
 - ``qwen25`` (alias ``hermes``): ``<tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call>``, one block per call;
 - ``llama3``: ``{"name": N, "parameters": {...}}``, after ``<|python_tag|>`` or bare, several joined by ``;``;
 - ``mistral``: ``[TOOL_CALLS] [{"name": N, "arguments": {...}}, ...]``;
-- ``pythonic``: ``[f(a=1), g(b="x")]`` (parsed; its arguments are not JSON, so no output grammar: unconstrained).
+- ``pythonic``: ``[f(a=1), g(b="x")]``: keyword arguments in declared order, values as Python literals. Its
+  trigger ``[`` is too common in prose to open a call, so in "auto" mode its calls are parsed, not constrained.
 SmolLM2-Instruct's chat template renders no tools, so it gets ``qwen25`` with the tools described in a system prompt.
 
 `CallParser` reads one choice's text incrementally, for streams (a call's id, type and name once its header is
@@ -20,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sprig.grammar.structural import Envelope, StructuralTag, Structure, TagMode
+from sprig.grammar.structural import Envelope, StructuralTag, Structure, TagMode, ValueSyntax
 
 HEADER_TAIL = r'\s*\{\s*"name"\s*:\s*"(?P<name>[A-Za-z0-9_\-.]{1,64})"\s*,\s*"(?:arguments|parameters)"\s*:\s*'
 MAX_HEADER_CHARS = 256  # why: text that has not become a call header by then is content
@@ -39,11 +40,13 @@ class ToolFormat:
     args_key: str = "arguments"
     lead: str = ""  # text right before a call that belongs to it, not to the content (Llama's <|python_tag|>)
     envelope: Envelope | None = None
+    syntax: ValueSyntax = ValueSyntax.JSON
+    triggers_in_text: bool = True  # False: the trigger is too common in prose to constrain "auto" mode with
     instructions: str = ""  # how to call, for templates that do not render tools
 
     def structures(self, functions: tuple[dict[str, Any], ...], strict: dict[str, bool]) -> tuple[Structure, ...]:
         return tuple(Structure(self.begin.format(name=f["name"]), _schema_text(f["parameters"]), self.end,
-                               strict.get(f["name"], False)) for f in functions)
+                               strict.get(f["name"], False), self.syntax) for f in functions)
 
     def render(self, calls: list[tuple[str, str]]) -> str:
         """Calls (name, arguments JSON) written in this format, for a template that does not render them."""
@@ -74,7 +77,9 @@ MISTRAL = ToolFormat(
     "mistral", "[TOOL_CALLS]", r"\[TOOL_CALLS\]\s*\[", '{{"name": "{name}", "arguments": ', "}",
     r"\s*\}\s*(?:(?P<more>,)|\])", envelope=Envelope("[TOOL_CALLS] [", ", ", "]"),
     instructions='[TOOL_CALLS] [{"name": <function-name>, "arguments": <args-json-object>}]')
-PYTHONIC = ToolFormat("pythonic", "[", r"\[", "", "", "", instructions="[func_name(arg=value, ...), ...]")
+PYTHONIC = ToolFormat("pythonic", "[", r"\[", "{name}(", ")", "", envelope=Envelope("[", ", ", "]"),
+                      syntax=ValueSyntax.PYTHON_KWARGS, triggers_in_text=False,
+                      instructions="[func_name(arg=value, ...), ...]")
 FORMATS = {f.name: f for f in (QWEN25, LLAMA3, MISTRAL, PYTHONIC)}
 ALIASES = {"hermes": "qwen25", "qwen": "qwen25", "llama4": "pythonic"}
 
@@ -98,9 +103,9 @@ def format_for_template(template: str | None) -> ToolFormat:
     return QWEN25
 
 
-def constrainable(fmt: ToolFormat) -> bool:
-    """Whether the format's calls have an output grammar (pythonic arguments are not JSON)."""
-    return fmt is not PYTHONIC
+def constrainable(fmt: ToolFormat, forced: bool) -> bool:
+    """Whether the format's calls are constrained: always when forced, in free text where its trigger is rare."""
+    return forced or fmt.triggers_in_text
 
 
 def new_call_id() -> str:
