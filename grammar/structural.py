@@ -73,6 +73,10 @@ class StructuralTag:
     parallel: bool = True
     envelope: Envelope | None = None
     fence_aware: bool = True  # why: a call written inside a markdown code block is an example, not a call
+    trigger_tokens: tuple[tuple[str, int], ...] = ()  # triggers that are one special token (no text): their ids
+
+    def token_of(self, trigger: str) -> int | None:
+        return dict(self.trigger_tokens).get(trigger)
 
     def to_json(self) -> str:
         """The tag as canonical JSON text (what a `GrammarSpec` carries to a compile worker)."""
@@ -108,10 +112,13 @@ def parse_structural_tag(obj: Any) -> StructuralTag:
         raise _bad("structural_tag.triggers must be a non-empty list of non-empty strings", "triggers")
     structures = tuple(_structure(s, i) for i, s in enumerate(raw))
     envelope = _envelope(obj.get("envelope"))
+    tokens = obj.get("trigger_tokens", {})
+    if not isinstance(tokens, dict) or not all(isinstance(v, int) and v >= 0 for v in tokens.values()):
+        raise _bad("structural_tag.trigger_tokens must map triggers to token ids", "trigger_tokens")
     tag = StructuralTag(structures, tuple(_marker(t, "triggers") for t in triggers),
                         TagMode(obj.get("mode", "triggered")) if obj.get("mode") in (None, "triggered", "forced")
                         else _mode_error(), bool(obj.get("parallel", True)), envelope,
-                        bool(obj.get("fence_aware", True)))
+                        bool(obj.get("fence_aware", True)), tuple(sorted((str(k), v) for k, v in tokens.items())))
     for i, s in enumerate(structures):
         if not tag.triggers_of(s):
             raise _bad(f"structural_tag.structures[{i}].begin starts with none of the triggers",
@@ -172,6 +179,8 @@ def _as_dict(tag: StructuralTag) -> dict[str, Any]:
                         "syntax": s.syntax.value} for s in tag.structures],
         "triggers": list(tag.triggers), "mode": tag.mode.value, "parallel": tag.parallel,
         "fence_aware": tag.fence_aware}
+    if tag.trigger_tokens:
+        out["trigger_tokens"] = dict(tag.trigger_tokens)
     if tag.envelope is not None:
         e = tag.envelope
         out["envelope"] = {"prefix": e.prefix, "separator": e.separator, "suffix": e.suffix}

@@ -131,3 +131,18 @@ def test_speculative_drafts_are_cut_where_a_call_breaks_its_schema(auto):
     kept, _ = walk_grammar(matcher, bad, auto.tokenizer_info.vocab_size)
     assert 0 < len(kept) < len(bad) and prefix_ok(auto, auto.tokenizer_info.tokenizer.decode(kept))
     assert matcher.state == matcher_for(auto).state  # the walk leaves the matcher where it started
+
+
+def test_a_special_token_trigger_ends_free_text_and_opens_a_call(compiler):
+    """Mistral's [TOOL_CALLS] is a special token (no text): the grammar names it by id (here <|im_start|>, id 1)."""
+    tag = StructuralTag((Structure('<|im_start|>{"city": ', '{"type": "string"}', "}"),), ("<|im_start|>",),
+                        trigger_tokens=(("<|im_start|>", 1),))
+    compiled = compiler.compile(GrammarSpec.structural_tag(tag.to_json()))
+    assert "<[1]>" in compiled.lark
+    encode = compiled.tokenizer_info.tokenizer.encode
+    matcher = matcher_for(compiled)
+    ids = encode("some text", add_special_tokens=False).ids + [1] + encode('{"city": "x"}', add_special_tokens=False).ids
+    assert all(matcher.accept_token(t) for t in ids) and matcher.can_finish()
+    matcher = matcher_for(compiled)
+    assert all(matcher.accept_token(t) for t in [1, *encode('{"city": ', add_special_tokens=False).ids])
+    assert not matcher.accept_token(encode("7", add_special_tokens=False).ids[0])  # the schema holds after it

@@ -125,3 +125,15 @@ def test_the_tool_agent_example_runs_a_round_trip(client):
     call = out["trace"][0]
     assert call["call"] in ("add", "get_weather") and "result" in call  # the random model's call ran as is
     assert "answer" in out["trace"][-1]
+
+
+def test_tool_call_parser_mistral_forces_its_own_format():
+    with ServerProcess("--tool-call-parser", "mistral") as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        model = client.models.list().data[0].id
+        res = client.chat.completions.create(model=model, messages=CHAT, tools=[WEATHER, CLOCK], max_tokens=160,
+                                             tool_choice="required", temperature=0.8, seed=4)
+        calls = res.choices[0].message.tool_calls
+        assert res.choices[0].finish_reason == "tool_calls" and calls
+        for call in calls:
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])

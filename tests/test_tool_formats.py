@@ -115,3 +115,13 @@ def test_pythonic_calls_are_constrained_only_when_forced(compiler):
     parser.feed('[flags(on=True, tag=None, n=2)]')
     parser.finish()
     assert json.loads(parser.complete_calls()[0].arguments) == {"on": True, "tag": None, "n": 2}
+
+
+def test_a_trigger_that_is_one_special_token_is_found_by_id(tiny_paths):
+    from sprig.runtime.model.tokenizer import Tokenizer
+    from sprig.runtime.server.tool_formats import special_token_id
+
+    tok = Tokenizer(tiny_paths["tiny-llama"])
+    assert special_token_id(tok, "<|im_start|>") == 1 and special_token_id(tok, "[TOOL_CALLS]") is None
+    tag = MISTRAL.tag(FUNCTIONS, {}, forced=True, parallel=True, trigger_token=7)
+    assert tag.token_of("[TOOL_CALLS]") == 7

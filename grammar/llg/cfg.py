@@ -45,6 +45,13 @@ class Lazy(Term):
 
 
 @dataclass(frozen=True)
+class TokenRef(Term):
+    """One special token by id (a token with no text, as Mistral's [TOOL_CALLS]); llguidance's `<[id]>`."""
+
+    token_id: int
+
+
+@dataclass(frozen=True)
 class Sym(Term):
     name: str  # a rule, by name
 
@@ -173,7 +180,7 @@ def _renamed(term: Term, prefix: str) -> Term:
 
 
 def _productive(term: Term, live: set[str]) -> bool:
-    if isinstance(term, Lex | LexAnd | Lazy):
+    if isinstance(term, Lex | LexAnd | Lazy | TokenRef):
         return True  # why: the emitters only build LexAnd over a non-empty language
     if isinstance(term, Sym):
         return term.name in live
@@ -199,7 +206,7 @@ def _pruned(term: Term, live: set[str]) -> Term:
 
 def _composites(term: Term) -> int:
     """Symbols llguidance will make for `term`: one per lexeme reference, group and repetition (an upper bound)."""
-    if isinstance(term, Lex | LexAnd | Lazy):
+    if isinstance(term, Lex | LexAnd | Lazy | TokenRef):
         return 1
     if isinstance(term, Cat | Choice):
         return 1 + sum(_composites(i) for i in term.items)
@@ -209,6 +216,8 @@ def _composites(term: Term) -> int:
 
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:
+    if isinstance(term, TokenRef):
+        return f"<[{term.token_id}]>"
     if isinstance(term, Lazy):  # why: llguidance takes [lazy] only on a lower-case rule over one lexeme
         key = f"lazy:/{_lexeme_text(term.regex)}/"
         return lexemes.setdefault(key, f"lazy{len(lexemes)}")
@@ -248,4 +257,4 @@ def _lexeme_text(node: ir.Node) -> str:
 
 def _atom(term: Term, lexemes: dict[str, str]) -> str:
     text = _render(term, lexemes)
-    return text if isinstance(term, Lex | LexAnd | Lazy | Sym) else f"({text})"
+    return text if isinstance(term, Lex | LexAnd | Lazy | TokenRef | Sym) else f"({text})"

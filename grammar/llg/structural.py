@@ -24,6 +24,7 @@ from sprig.grammar.llg.cfg import (
     Repeat,
     Sym,
     Term,
+    TokenRef,
     cat,
     choice,
     lex,
@@ -63,17 +64,23 @@ def structural_grammar(tag: StructuralTag, options: JsonOptions) -> Grammar:
         run = _run(tag, t, values)
         if run is not None:
             runs[t] = run
+    def opener(t: str) -> Term:
+        token = tag.token_of(t)
+        return lex(ir.lit(t)) if token is None else TokenRef(token)
+
     if tag.mode is TagMode.FORCED:
-        one = choice(*(cat(lex(ir.lit(t)), r) for t, r in runs.items()))
+        one = choice(*(cat(opener(t), r) for t, r in runs.items()))
         gap = opt(lex(ir.rep(ir.chars(charset.of_chars(" \n")), 1, 2)))
         body = cat(one, repeat(cat(gap, one), 0, None)) if tag.parallel else one
         grammar.add("start", body)
     else:
         before = _text_before_trigger(tag)
-        seg = choice(*(cat(Lazy(ir.seq(before, ir.lit(t))), r) for t, r in runs.items()))
+        texts = [t for t in runs if tag.token_of(t) is None]
+        tail: Term = LexAnd((ANY_TEXT,), (ir.seq(before, ir.alt(*(ir.lit(t) for t in texts)), ANY_TEXT),)) \
+            if texts else lex(ANY_TEXT)
+        seg = choice(*(cat(Lazy(ir.seq(before, ir.lit(t))), r) if t in texts
+                       else cat(opt(tail), opener(t), r) for t, r in runs.items()))  # why: a token ends text
         segs = repeat(seg, 0, None if tag.parallel else 1)
-        any_trigger = ir.alt(*(ir.lit(t) for t in runs))
-        tail = LexAnd((ANY_TEXT,), (ir.seq(before, any_trigger, ANY_TEXT),))
         grammar.add("start", cat(segs, opt(tail)))
     grammar.prune()
     return grammar

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
@@ -49,7 +49,13 @@ from sprig.runtime.server.openai_tools import (
 )
 from sprig.runtime.server.run import ServerCall, check_timeout
 from sprig.runtime.server.state import ServerSettings, TokenTexts, safe_decode
-from sprig.runtime.server.tool_formats import QWEN25, ToolFormat, format_for_template, tool_format
+from sprig.runtime.server.tool_formats import (
+    QWEN25,
+    ToolFormat,
+    format_for_template,
+    special_token_id,
+    tool_format,
+)
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
@@ -305,6 +311,8 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str,
     n = 1 if req.n is None else req.n
     tools = plan_tools(req.tools, req.tool_choice, chat_tool_format(engine, settings), req.parallel_tool_calls,
                        req.constrain_tool_calls)
+    if tools is not None:  # why: a trigger that is a special token has no text: the grammar names it by id
+        tools = replace(tools, trigger_token=special_token_id(engine.tokenizer, tools.fmt.trigger))
     fmt = response_format_constraint(req.response_format)
     tool_tag = tool_constraint(tools) if tools else None
     if fmt is not None and tool_tag is not None:
@@ -323,7 +331,8 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str,
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
         max_tokens = max(engine.max_new_tokens_room - len(ids), 1)
-    params = sampling_params(req, max_tokens, n, constraint.params)
+    extra = {"skip_special_tokens": False} if tools is not None and tools.trigger_token is not None else {}
+    params = sampling_params(req, max_tokens, n, {**constraint.params, **extra})  # why: the parser reads the trigger
     top = (req.top_logprobs or 0) if req.logprobs else 0
     most = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = FieldNames("messages", most, "min_tokens", "top_logprobs", constraint.field,

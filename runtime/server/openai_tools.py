@@ -61,6 +61,7 @@ class ToolPlan:
     parallel: bool = True
     strict: tuple[str, ...] = ()  # the functions declared with strict: true
     constrain: bool = True  # auto mode: calls constrained once opened (False: parsed after the fact)
+    trigger_token: int | None = None  # the format's trigger as one special token of this tokenizer
 
     @property
     def constrained(self) -> bool:
@@ -210,9 +211,9 @@ def tool_constraint(plan: ToolPlan) -> str | None:
     strict = {name: True for name in plan.strict}
     if plan.kind is ToolChoiceKind.NAMED:
         fns = tuple(f for f in plan.functions if f["name"] == plan.name)
-        return plan.fmt.tag(fns, strict, forced=True, parallel=False).to_json()
+        return plan.fmt.tag(fns, strict, True, False, plan.trigger_token).to_json()
     forced = plan.kind is ToolChoiceKind.REQUIRED
-    return plan.fmt.tag(plan.functions, strict, forced=forced, parallel=plan.parallel).to_json()
+    return plan.fmt.tag(plan.functions, strict, forced, plan.parallel, plan.trigger_token).to_json()
 
 
 def structure_fields(plan: ToolPlan) -> tuple[str, ...]:

@@ -59,10 +59,15 @@ class ToolFormat:
         return ("; " if self is LLAMA3 else "\n").join(items)
 
     def tag(self, functions: tuple[dict[str, Any], ...], strict: dict[str, bool], forced: bool,
-            parallel: bool) -> StructuralTag:
-        """The structural tag that constrains calls of `functions` (from the first token when `forced`)."""
+            parallel: bool, trigger_token: int | None = None) -> StructuralTag:
+        """The structural tag that constrains calls of `functions` (from the first token when `forced`).
+
+        trigger_token: the trigger's id where the tokenizer has it as one special token (Mistral's [TOOL_CALLS]).
+        """
+        tokens = ((self.trigger, trigger_token),) if trigger_token is not None else ()
         return StructuralTag(self.structures(functions, strict), (self.trigger,),
-                             TagMode.FORCED if forced else TagMode.TRIGGERED, parallel, self.envelope)
+                             TagMode.FORCED if forced else TagMode.TRIGGERED, parallel, self.envelope,
+                             trigger_tokens=tokens)
 
 
 QWEN25 = ToolFormat(
@@ -106,6 +111,12 @@ def format_for_template(template: str | None) -> ToolFormat:
 def constrainable(fmt: ToolFormat, forced: bool) -> bool:
     """Whether the format's calls are constrained: always when forced, in free text where its trigger is rare."""
     return forced or fmt.triggers_in_text
+
+
+def special_token_id(tokenizer: Any, text: str) -> int | None:
+    """The id of `text` when the tokenizer spells it as one special token (which has no text to match)."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 and ids[0] in getattr(tokenizer, "special_token_ids", ()) else None
 
 
 def new_call_id() -> str:
