@@ -100,11 +100,14 @@ def round_trip(client: openai.OpenAI, model: str) -> dict[str, Any]:
             "answer": answer.choices[0].message.content}
 
 
-def structural_tag(client: openai.OpenAI, model: str) -> dict[str, Any]:
-    fmt = {"type": "structural_tag", "triggers": ["<answer>"], "structures": [
+def structural_tag(client: openai.OpenAI, model: str, forced: bool = False) -> dict[str, Any]:
+    """A structural-tag request; `forced` (a sprig extension, "mode": "forced") writes the structure at once."""
+    fmt: dict[str, Any] = {"type": "structural_tag", "triggers": ["<answer>"], "structures": [
         {"begin": "<answer>", "schema": {"type": "object", "properties": {"capital": {"type": "string"}},
                                          "required": ["capital"], "additionalProperties": False},
          "end": "</answer>"}]}
+    if forced:
+        fmt = {**fmt, "mode": "forced", "parallel": False}
     res = client.chat.completions.create(
         model=model, max_tokens=64, temperature=0, response_format=fmt,  # type: ignore[arg-type]
         messages=[{"role": "user", "content": "What is the capital of France? Think, then write "
@@ -118,14 +121,19 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--nudge", action="store_true", help="a system message asking for a call (more calls opened)")
+    p.add_argument("--sections", default="", help="comma-separated: round_trip, structural_tag, "
+                                                  "structural_tag_forced, constrained, unconstrained (default: all)")
     args = p.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
     sections = {"round_trip": lambda: round_trip(client, model),
                 "structural_tag": lambda: structural_tag(client, model),
+                "structural_tag_forced": lambda: structural_tag(client, model, forced=True),
                 "constrained": lambda: auto_mode(client, model, args.requests, True, args.max_tokens, args.nudge),
                 "unconstrained": lambda: auto_mode(client, model, args.requests, False, args.max_tokens, args.nudge)}
-    for name, section in sections.items():  # why: one line per section as it finishes (a long run shows progress)
+    chosen = args.sections.split(",") if args.sections else list(sections)
+    for name in chosen:
+        section = sections[name]  # why: one line per section as it finishes (a long run shows progress)
         print(json.dumps({"model": model, name: section()}, ensure_ascii=False), flush=True)
 
 

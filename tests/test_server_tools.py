@@ -85,6 +85,9 @@ def test_auto_mode_text_stays_content(client, model_id):
 def test_structural_tags_on_chat_completions_and_generate(server, client, model_id):
     chat = client.chat.completions.create(model=model_id, messages=CHAT, max_tokens=8, response_format=ANSWER_TAG)
     assert chat.choices[0].finish_reason in ("stop", "length")
+    forced_chat = client.chat.completions.create(model=model_id, messages=CHAT, max_tokens=40, temperature=0,
+                                                 response_format={**ANSWER_TAG, "mode": "forced", "parallel": False})
+    assert forced_chat.choices[0].message.content.startswith("<a>")
     done = client.completions.create(model=model_id, prompt="hello", max_tokens=8,
                                      extra_body={"response_format": ANSWER_TAG})
     assert done.choices[0].finish_reason in ("stop", "length")

@@ -127,6 +127,8 @@ class ResponseFormat(StrictModel):
     # structural_tag (SGLang's and vLLM's): free text; a trigger opens one of the structures (begin, schema, end)
     structures: list[dict[str, Any]] | None = None
     triggers: list[str] | None = None
+    mode: Literal["triggered", "forced"] | None = None  # sprig: "forced" writes a structure from the first token
+    parallel: bool | None = None  # sprig: false allows one structure only
 
 
 class FunctionDef(StrictModel):
