@@ -33,13 +33,10 @@ from sprig.runtime.server.openai_protocol import (
 )
 from sprig.runtime.server.tool_formats import QWEN25, CallParser, ParsedCall, ToolFormat, constrainable
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
 MAX_TOOLS = 128
 MAX_SCHEMA_BYTES = 64 << 10  # why: schemas are compiled into automata; huge ones are a denial of service
 MAX_SCHEMA_DEPTH = 32
 _NAME = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
-_CALL_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
