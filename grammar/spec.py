@@ -17,6 +17,7 @@ class GrammarKind(Enum):
     CHOICES = "choices"  # spec: the output is exactly one of these strings
     JSON_OBJECT = "json_object"  # spec: ignored; the output is any JSON object
     EBNF = "ebnf"  # spec: a grammar as GBNF (llama.cpp), xgrammar-style EBNF or Lark; llguidance backend only
+    STRUCTURAL_TAG = "structural_tag"  # spec: a `structural.StructuralTag` as JSON text; llguidance backend only
 
 
 class Whitespace(Enum):
@@ -65,6 +66,7 @@ PARAM_BY_KIND = {
     GrammarKind.CHOICES: "choices",
     GrammarKind.JSON_OBJECT: "response_format",
     GrammarKind.EBNF: "ebnf",
+    GrammarKind.STRUCTURAL_TAG: "structural_tag",
 }
 
 
@@ -102,6 +104,14 @@ class GrammarSpec:
         return cls(GrammarKind.EBNF, grammar)
 
     @classmethod
+    def structural_tag(cls, tag_json: str, options: JsonOptions | None = None) -> GrammarSpec:
+        """Free text with triggered structures (`structural.StructuralTag.to_json()`); llguidance backend.
+
+        JSON whitespace is flexible by default: a model writes its calls the way its training data spelled them.
+        """
+        return cls(GrammarKind.STRUCTURAL_TAG, tag_json, options or JsonOptions(whitespace=Whitespace.FLEXIBLE))
+
+    @classmethod
     def json_object(cls, options: JsonOptions | None = None) -> GrammarSpec:
         return cls(GrammarKind.JSON_OBJECT, "", options or JsonOptions())
 
@@ -116,6 +126,8 @@ class GrammarSpec:
             body = _canonical_json(str(self.spec)) + "\x00" + self.options.key()
         elif self.kind is GrammarKind.JSON_OBJECT:
             body = self.options.key()
+        elif self.kind is GrammarKind.STRUCTURAL_TAG:
+            body = _canonical_json(str(self.spec)) + "\x00" + self.options.key()
         elif self.kind is GrammarKind.CHOICES:
             body = json.dumps(list(self.spec), ensure_ascii=False)
         else:

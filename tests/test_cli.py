@@ -151,3 +151,9 @@ def test_main_run_in_process_leaves_the_failure_policy_as_it_found_it(tmp_path):
     # not stay set, or a later engine's failing rank would SIGTERM the caller (it once ended a whole pytest run).
     assert main(["serve", "--model", str(tmp_path / "m.gguf"), "--tp-size", "2", "--port", "0"]) == 2
     assert tp_group._policy is tp_group.FailurePolicy.RAISE
+
+
+def test_an_unknown_tool_call_parser_is_one_line_listing_the_known_ones(tiny_paths):
+    out = sprig("serve", "--model", str(tiny_paths["tiny-llama"]), "--port", "0", "--tool-call-parser", "nope")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "unknown --tool-call-parser 'nope'; known: " in out.stderr and "qwen25" in out.stderr

@@ -234,7 +234,13 @@ def test_bad_stream_interval_and_no_stop_trim_name_their_field(d: dict, param: s
     assert rejected(d).param == param
 
 
-@pytest.mark.parametrize("key", ["structural_tag", "stop_regexes"])
+@pytest.mark.parametrize("key", ["stop_regexes"])
 def test_keys_sprig_does_not_implement_are_still_refused(key: str) -> None:
     err = rejected({key: "x"})
     assert (err.param, err.code) == (key, ErrorCode.UNKNOWN_PARAMETER.value)
+
+
+def test_a_structural_tag_is_one_constraint_among_the_others() -> None:
+    assert check({"structural_tag": {"structures": [], "triggers": []}}).has_constraint
+    assert rejected({"structural_tag": 3}).param == "structural_tag"
+    assert rejected({"structural_tag": "{}", "regex": "a"}).code == ErrorCode.CONFLICT.value

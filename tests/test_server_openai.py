@@ -362,7 +362,7 @@ GRAMMAR_ERRORS = [
      "response_format.json_schema.schema", "unsupported_keyword"),
     (CH, {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"$ref": "#/nope"}}}}}], "tool_choice": "required"},
-     "tools", "invalid_schema"),
+     "tools.0.function.parameters", "invalid_schema"),
     (C, {"prompt": "x", "regex": "(a|b)*a(a|b){40}"}, "regex", "grammar_too_complex"),
     (C, {"prompt": "x", "json_schema": {"type": "array", "minItems": 1000000}}, "json_schema", "grammar_too_complex"),
 ]

@@ -97,8 +97,8 @@ def test_sampling_seed_is_seed_and_custom_params_change_nothing(http):
 
 
 @pytest.mark.parametrize("key", ["structural_tag", "no_such_key"])
-def test_keys_sprig_does_not_run_are_a_clear_400(http, key):
-    resp = http.post("/generate", json={"text": PROMPT, "sampling_params": {key: "x"}})
+def test_unknown_keys_and_bad_structural_tags_are_a_clear_400(http, key):
+    resp = http.post("/generate", json={"text": PROMPT, "sampling_params": {key: "x"}})  # "x": not a tag's JSON
     assert resp.status_code == 400 and resp.json()["error"]["param"] == key
 
 

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
 
 from sprig.runtime.errors import RequestError
 from sprig.runtime.server import auth as server_auth
@@ -19,11 +18,9 @@ from sprig.runtime.server.http_common import APIError, _loc_param, from_value_er
 from sprig.runtime.server.openai_convert import template_messages
 from sprig.runtime.server.openai_protocol import ChatMessage, FunctionDef, NamedToolChoice, ToolDef
 from sprig.runtime.server.openai_tools import (
-    TaggedCallStream,
     ToolChoiceKind,
     calls_from_output,
     check_schema,
-    parse_tagged_calls,
     plan_tools,
     tool_constraint,
 )
@@ -37,19 +34,12 @@ G = ToolDef(type="function", function=FunctionDef(name="g"))
 
 
 def test_tagged_calls_are_parsed_and_bad_blocks_stay_content():
+    plan = plan_tools([F], None)
     text = 'Sure. <tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call> and <tool_call>{oops}</tool_call>'
-    content, calls = parse_tagged_calls(text, {"f"})
+    content, calls = calls_from_output(plan, text)
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("f", {"a": 1})]
     assert content == "Sure.  and <tool_call>{oops}</tool_call>"
-    assert parse_tagged_calls('<tool_call>{"name": "zzz", "arguments": {}}</tool_call>', {"f"})[1] == []
-
-
-def test_tagged_call_stream_holds_back_partial_tags():
-    stream = TaggedCallStream({"f"})
-    out = [stream.feed(d) for d in ("Hello <to", 'ol_call>{"name": "f", "arguments": {"a": 2}}</tool', "_call> bye")]
-    assert [o[0] for o in out] == ["Hello ", "", " bye"]
-    assert [len(o[1]) for o in out] == [0, 0, 1] and out[2][1][0].function.arguments == '{"a": 2}'
-    assert stream.feed("<tool")[0] == "" and stream.flush() == "<tool"
+    assert calls_from_output(plan, '<tool_call>{"name": "zzz", "arguments": {}}</tool_call>')[1] == []
 
 
 def test_plan_tools_validates_names_schemas_and_choice():
@@ -64,18 +54,25 @@ def test_plan_tools_validates_names_schemas_and_choice():
         assert e.value.status == 400 and e.value.param == param
 
 
-def test_required_constraint_is_a_valid_schema_and_parses_back():
+def test_required_and_named_constraints_are_forced_structural_tags():
+    from sprig.grammar.structural import StructuralTag, TagMode
+
     plan = plan_tools([F, G], "required")
-    schema = json.loads(tool_constraint(plan))
-    Draft202012Validator.check_schema(schema)
-    output = '[{"name": "f", "arguments": {"a": 3}}, {"name": "g", "arguments": {}}]'
-    Draft202012Validator(schema).validate(json.loads(output))
+    tag = StructuralTag.from_json(tool_constraint(plan))
+    assert tag.mode is TagMode.FORCED and tag.parallel and len(tag.structures) == 2
+    assert tag.structures[0].begin == '<tool_call>\n{"name": "f", "arguments": '
+    output = '<tool_call>\n{"name": "f", "arguments": {"a": 3}}\n</tool_call>\n' \
+             '<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>'
     content, calls = calls_from_output(plan, output)
     assert content is None and [c.function.name for c in calls] == ["f", "g"]
     assert calls_from_output(plan, "not json") == ("not json", [])
-    named = plan_tools([F], NamedToolChoice(type="function", function={"name": "f"}))
-    assert json.loads(tool_constraint(named)) == F.function.parameters
-    assert calls_from_output(named, '{"a": 1}')[1][0].function.arguments == '{"a": 1}'
+    named = plan_tools([F, G], NamedToolChoice(type="function", function={"name": "f"}), parallel=True)
+    tag = StructuralTag.from_json(tool_constraint(named))
+    assert tag.mode is TagMode.FORCED and not tag.parallel and len(tag.structures) == 1
+    assert json.loads(tag.structures[0].schema) == F.function.parameters
+    auto = StructuralTag.from_json(tool_constraint(plan_tools([F], None, parallel=False)))
+    assert auto.mode is TagMode.TRIGGERED and not auto.parallel and auto.triggers == ("<tool_call>",)
+    assert tool_constraint(plan_tools([F], None, constrain=False)) is None
 
 
 def test_schema_checks_bound_depth_size_and_validity():

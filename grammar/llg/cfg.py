@@ -38,6 +38,20 @@ class LexAnd(Term):
 
 
 @dataclass(frozen=True)
+class Lazy(Term):
+    """A lexeme that ends at its shortest match (llguidance's lazy lexemes: text up to a trigger)."""
+
+    regex: ir.Node
+
+
+@dataclass(frozen=True)
+class TokenRef(Term):
+    """One special token by id (a token with no text, as Mistral's [TOOL_CALLS]); llguidance's `<[id]>`."""
+
+    token_id: int
+
+
+@dataclass(frozen=True)
 class Sym(Term):
     name: str  # a rule, by name
 
@@ -117,6 +131,12 @@ class Grammar:
             raise too_complex(f"more than {MAX_RULES} grammar rules")
         self.rules[name] = body
 
+    def embed(self, other: Grammar, prefix: str) -> Sym:
+        """Copy `other`'s rules in under `prefix` (names kept apart); the symbol of its start rule."""
+        for name, body in other.rules.items():
+            self.add(prefix + name, _renamed(body, prefix))
+        return Sym(prefix + other.start)
+
     def prune(self) -> bool:
         """Drop everything that derives no finite string; False if the start rule itself derives none."""
         live: set[str] = set()
@@ -138,7 +158,8 @@ class Grammar:
         lexemes: dict[str, str] = {}
         lines = [f"{_rule_name(self.start)}: {_render(self.rules[self.start], lexemes)}"]
         lines += [f"{_rule_name(n)}: {_render(b, lexemes)}" for n, b in self.rules.items() if n != self.start]
-        lines += [f"{name}: {text}" for text, name in lexemes.items()]
+        lines += [f"{name}[lazy]: {text[5:]}" if name.startswith("lazy") else f"{name}: {text}"
+                  for text, name in lexemes.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -146,8 +167,20 @@ def _rule_name(name: str) -> str:
     return "start" if name == "start" else f"r_{name}"
 
 
+def _renamed(term: Term, prefix: str) -> Term:
+    if isinstance(term, Sym):
+        return Sym(prefix + term.name)
+    if isinstance(term, Cat):
+        return Cat(tuple(_renamed(i, prefix) for i in term.items))
+    if isinstance(term, Choice):
+        return Choice(tuple(_renamed(i, prefix) for i in term.items))
+    if isinstance(term, Repeat):
+        return Repeat(_renamed(term.item, prefix), term.lo, term.hi)
+    return term
+
+
 def _productive(term: Term, live: set[str]) -> bool:
-    if isinstance(term, Lex | LexAnd):
+    if isinstance(term, Lex | LexAnd | Lazy | TokenRef):
         return True  # why: the emitters only build LexAnd over a non-empty language
     if isinstance(term, Sym):
         return term.name in live
@@ -173,7 +206,7 @@ def _pruned(term: Term, live: set[str]) -> Term:
 
 def _composites(term: Term) -> int:
     """Symbols llguidance will make for `term`: one per lexeme reference, group and repetition (an upper bound)."""
-    if isinstance(term, Lex | LexAnd):
+    if isinstance(term, Lex | LexAnd | Lazy | TokenRef):
         return 1
     if isinstance(term, Cat | Choice):
         return 1 + sum(_composites(i) for i in term.items)
@@ -183,6 +216,11 @@ def _composites(term: Term) -> int:
 
 
 def _render(term: Term, lexemes: dict[str, str]) -> str:
+    if isinstance(term, TokenRef):
+        return f"<[{term.token_id}]>"
+    if isinstance(term, Lazy):  # why: llguidance takes [lazy] only on a lower-case rule over one lexeme
+        key = f"lazy:/{_lexeme_text(term.regex)}/"
+        return lexemes.setdefault(key, f"lazy{len(lexemes)}")
     if isinstance(term, Lex | LexAnd):
         nodes = (term.regex,) if isinstance(term, Lex) else term.parts
         if max(n.min_len for n in nodes) > MAX_REQUIRED_COUNT:
@@ -219,4 +257,4 @@ def _lexeme_text(node: ir.Node) -> str:
 
 def _atom(term: Term, lexemes: dict[str, str]) -> str:
     text = _render(term, lexemes)
-    return text if isinstance(term, Lex | LexAnd | Sym) else f"({text})"
+    return text if isinstance(term, Lex | LexAnd | Lazy | TokenRef | Sym) else f"({text})"

@@ -68,6 +68,11 @@ def spec_to_lark(spec: GrammarSpec) -> str:
             from sprig.grammar.schema.to_cfg import json_object_grammar
 
             text = json_object_grammar(spec.options).to_lark()
+        elif spec.kind is GrammarKind.STRUCTURAL_TAG:
+            from sprig.grammar.llg.structural import structural_grammar
+            from sprig.grammar.structural import StructuralTag
+
+            text = structural_grammar(StructuralTag.from_json(str(spec.spec)), spec.options).to_lark()
         elif spec.kind is GrammarKind.EBNF:
             from sprig.grammar.llg.ebnf import ebnf_to_lark
 

@@ -40,6 +40,9 @@ def regex_tree(spec: GrammarSpec) -> ir.Node:
         return json_object_regex_tree(spec.options)
     if spec.kind is GrammarKind.EBNF:
         raise GrammarError("ebnf grammars need the llguidance backend", GrammarErrorCode.INVALID_GRAMMAR)
+    if spec.kind is GrammarKind.STRUCTURAL_TAG:
+        raise GrammarError("structural tags (and tool calls in auto mode) need the llguidance backend",
+                           GrammarErrorCode.INVALID_GRAMMAR, param="structural_tag")
     if spec.kind is GrammarKind.CHOICES and any("\x00" in c for c in spec.spec if isinstance(c, str)):
         raise GrammarError("choices must not contain NUL characters on the outlines backend (its end sentinel)",
                            GrammarErrorCode.INVALID_CHOICES)

@@ -7,6 +7,7 @@ before a request reaches the engine, so a bad schema is an error at submission a
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,9 +35,19 @@ def spec_from_params(params: SamplingParams) -> GrammarSpec | None:
             return GrammarSpec.regex(params.regex)
         if params.choices is not None:
             return GrammarSpec.choices(params.choices)
+        if params.structural_tag is not None:
+            return structural_spec(params.structural_tag)
     except GrammarError as e:
         raise as_request_error(e) from None
     return None
+
+
+def structural_spec(tag: str | dict[str, Any]) -> GrammarSpec:
+    """A structural tag (a client's object, or its JSON text) checked here, so a bad field fails at once."""
+    from sprig.grammar.structural import StructuralTag
+
+    text = tag if isinstance(tag, str) else json.dumps(tag, ensure_ascii=False)
+    return GrammarSpec.structural_tag(StructuralTag.from_json(text).to_json())
 
 
 def as_request_error(e: GrammarError) -> RequestError:
@@ -173,6 +184,15 @@ def constraint_named(names: FieldNames) -> Iterator[None]:
     try:
         yield
     except RequestError as e:
-        if names.constraint is None or e.param not in CONSTRAINTS:
+        if names.constraint is None or (e.param or "").split(".")[0] not in CONSTRAINTS:
             raise
-        raise RequestError(e.message, param=names.constraint, code=e.code) from None
+        raise RequestError(e.message, param=_client_param(e.param or "", names), code=e.code) from None
+
+
+def _client_param(param: str, names: FieldNames) -> str:
+    """The client's name of the field a grammar error is about (a tool's parameters, for a structure's schema)."""
+    parts = param.split(".")
+    if parts[:2] == ["structural_tag", "structures"] and len(parts) > 2 and parts[2].isdigit() \
+            and int(parts[2]) < len(names.structures):
+        return names.structures[int(parts[2])]
+    return names.constraint or param

@@ -37,7 +37,7 @@ from sprig.runtime.errors import RequestError
 
 logger = logging.getLogger(__name__)
 
-CONSTRAINTS = ("json_schema", "regex", "choices", "ebnf")  # at most one per request
+CONSTRAINTS = ("json_schema", "regex", "choices", "ebnf", "structural_tag")  # at most one per request
 
 
 class ErrorCode(str, Enum):
@@ -79,6 +79,7 @@ class FieldNames:
     min_new_tokens: str = "min_new_tokens"
     top_logprobs_num: str = "top_logprobs_num"
     constraint: str | None = None  # the field a constraint came from; None: the sampling parameter's own name
+    structures: tuple[str, ...] = ()  # a structural tag's structures as the client named them (tools.i...)
 
 
 NATIVE_NAMES = FieldNames()
@@ -110,6 +111,7 @@ class SamplingParams:
     regex: str | None = None
     choices: list[str] | None = None
     ebnf: str | None = None  # a grammar: GBNF / xgrammar EBNF (`root ::= ...`) or Lark (`start: ...`)
+    structural_tag: str | dict[str, Any] | None = None  # free text with triggered structures (grammar/structural.py)
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
 
@@ -271,6 +273,8 @@ class SamplingParams:
         for name in ("json_schema", "regex", "ebnf"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 _fail(name, ErrorCode.INVALID_TYPE, f"{name} must be a string")
+        if self.structural_tag is not None and not isinstance(self.structural_tag, str | dict):
+            _fail("structural_tag", ErrorCode.INVALID_TYPE, "structural_tag must be an object or its JSON text")
         if self.choices is not None:
             if not isinstance(self.choices, list) or not all(isinstance(c, str) for c in self.choices):
                 _fail("choices", ErrorCode.INVALID_TYPE, "choices must be a list of strings")

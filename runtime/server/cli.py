@@ -27,6 +27,7 @@ from sprig.runtime.errors import describe
 from sprig.runtime.model.named_models import model_location
 from sprig.runtime.server.auth import Authenticator, load_keys_file
 from sprig.runtime.server.state import ServerSettings, ServerState
+from sprig.runtime.server.tool_formats import tool_format
 
 EXIT_FAILURE = 1
 # The event loop and the engine thread share the GIL: each socket write releases it, and winning it back from the
@@ -77,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--access-log", action="store_true", help="log every HTTP request")
     server.add_argument("--incremental-streaming-output", action="store_true",
                         help="/generate stream chunks carry only the new text, ids and logprobs (SGLang's option)")
+    server.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                        help="tool-call format (SGLang's names: qwen25/hermes, llama3, mistral, pythonic); "
+                             "default: from the chat template")
     p.set_defaults(func=cmd_serve)
 
 
@@ -91,12 +95,15 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         value = getattr(args, name)
         if value is not None and not value >= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    if args.tool_call_parser is not None:
+        tool_format(args.tool_call_parser)  # why: an unknown name fails at start, with the known ones listed
     return ServerSettings(host=args.host, port=args.port, served_model_name=args.served_model_name,
                           max_request_bytes=args.max_request_bytes, max_queued_requests=args.max_queued_requests,
                           max_sequences_per_request=args.max_sequences_per_request,
                           request_timeout=args.request_timeout or None, shutdown_timeout=args.shutdown_timeout,
                           watchdog_timeout=args.watchdog_timeout,
-                          incremental_streaming_output=args.incremental_streaming_output)
+                          incremental_streaming_output=args.incremental_streaming_output,
+                          tool_call_parser=args.tool_call_parser)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

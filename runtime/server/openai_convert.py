@@ -7,15 +7,15 @@ docs/architecture.md, or the engine's deltas while streaming) become choices, lo
 Chat messages become prompt ids through the checkpoint's chat template. Content may be a string or a list of
 ``{"type": "text", "text": ...}`` parts (joined with newlines; other part types are refused). ``developer`` messages
 are rendered as ``system``. A conversation of only a system message is allowed: generation continues after the
-template's assistant prompt. Assistant ``tool_calls`` are passed to templates that render them and written as
-``<tool_call>`` text for templates that do not.
+template's assistant prompt. Assistant ``tool_calls`` are passed to templates that render them and written in
+the tool format's syntax (`tool_formats.py`) for templates that do not.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sprig.runtime.engine.engine import Engine
@@ -38,18 +38,24 @@ from sprig.runtime.server.openai_protocol import (
     Usage,
 )
 from sprig.runtime.server.openai_tools import (
-    TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN,
     ToolPlan,
     check_regex,
     check_schema,
     plan_tools,
-    response_format_schema,
+    response_format_constraint,
+    structure_fields,
     tool_constraint,
     tools_system_prompt,
 )
 from sprig.runtime.server.run import ServerCall, check_timeout
-from sprig.runtime.server.state import TokenTexts, safe_decode
+from sprig.runtime.server.state import ServerSettings, TokenTexts, safe_decode
+from sprig.runtime.server.tool_formats import (
+    QWEN25,
+    ToolFormat,
+    format_for_template,
+    special_token_id,
+    tool_format,
+)
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
@@ -101,13 +107,14 @@ def _constraint_sources(req: SamplingFields) -> list[tuple[str, str, Any]]:
     return [s for s in sources if s[2] is not None]
 
 
-def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str) -> Constraint:
+def _constraint(req: SamplingFields, extra_schema: str | None, extra_param: str,
+                extra_key: str = "json_schema") -> Constraint:
     given = _constraint_sources(req)
     if extra_schema is not None:
         if given:
             raise bad_request(f"{extra_param} cannot be combined with {given[0][1]}", extra_param,
                               "conflicting_parameters")
-        return Constraint({"json_schema": extra_schema}, extra_param)
+        return Constraint({extra_key: extra_schema}, extra_param)
     if len(given) > 1:
         names = " and ".join(name for _, name, _ in given)
         raise bad_request(f"give at most one of {names}", given[-1][1], "conflicting_parameters")
@@ -164,7 +171,8 @@ def check_completion(req: CompletionRequest, engine: Engine, max_sequences: int)
     return len(prompts) * n
 
 
-def completion_plan(req: CompletionRequest, engine: Engine, rid: str) -> OpenAIPlan:
+def completion_plan(req: CompletionRequest, engine: Engine, rid: str,
+                    settings: ServerSettings | None = None) -> OpenAIPlan:
     """Tokenize and build the engine call of a /v1/completions request (`check_completion` ran)."""
     prompts = completion_prompts(req)
     n = 1 if req.n is None else req.n
@@ -178,7 +186,8 @@ def completion_plan(req: CompletionRequest, engine: Engine, rid: str) -> OpenAIP
     if any(not x for x in ids):
         raise bad_request("the prompt must not be empty", "prompt", "empty")
     max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if req.max_tokens is None else req.max_tokens
-    constraint = _constraint(req, None, "")
+    fmt = response_format_constraint(req.response_format)
+    constraint = _constraint(req, fmt[1], "response_format", fmt[0]) if fmt else _constraint(req, None, "")
     params = sampling_params(req, max_tokens, n, constraint.params)
     lp = req.logprobs
     logprobs = LogprobOptions(lp is not None, 0 if (req.echo and lp is not None) else -1, lp or 0)
@@ -226,10 +235,8 @@ def _arguments(call: ToolCallIn) -> Any:
         return call.function.arguments
 
 
-def _calls_as_text(calls: list[ToolCallIn]) -> str:
-    blocks = [json.dumps({"name": c.function.name, "arguments": _arguments(c)}, ensure_ascii=False)
-              for c in calls]
-    return "".join(f"\n{TOOL_CALL_OPEN}\n{b}\n{TOOL_CALL_CLOSE}" for b in blocks)
+def _calls_as_text(calls: list[ToolCallIn], fmt: ToolFormat) -> str:
+    return "\n" + fmt.render([(c.function.name, json.dumps(_arguments(c), ensure_ascii=False)) for c in calls])
 
 
 def template_messages(messages: list[ChatMessage], tokenizer: Tokenizer,
@@ -250,7 +257,7 @@ def template_messages(messages: list[ChatMessage], tokenizer: Tokenizer,
                                    "function": {"name": c.function.name, "arguments": _arguments(c)}}
                                   for c in msg.tool_calls]
         elif msg.tool_calls:
-            item["content"] += _calls_as_text(msg.tool_calls)
+            item["content"] += _calls_as_text(msg.tool_calls, tools.fmt if tools is not None else QWEN25)
         if msg.tool_call_id is not None:
             item["tool_call_id"] = msg.tool_call_id
         out.append(item)
@@ -291,27 +298,45 @@ def check_chat(req: ChatCompletionRequest, engine: Engine, max_sequences: int) -
     return check_n(req, 1, engine, max_sequences)
 
 
-def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str) -> OpenAIPlan:
+def chat_tool_format(engine: Engine, settings: ServerSettings | None) -> ToolFormat:
+    """`--tool-call-parser`'s format, else the one the chat template writes calls in."""
+    if settings is not None and settings.tool_call_parser:
+        return tool_format(settings.tool_call_parser)
+    return format_for_template(engine.tokenizer.chat_template)
+
+
+def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str,
+              settings: ServerSettings | None = None) -> OpenAIPlan:
     """Render, tokenize and build the engine call of a /v1/chat/completions request (`check_chat` ran)."""
     n = 1 if req.n is None else req.n
-    tools = plan_tools(req.tools, req.tool_choice)
-    fmt_schema = response_format_schema(req.response_format)
-    tool_schema = tool_constraint(tools) if tools else None
-    if fmt_schema is not None and tool_schema is not None:
-        raise bad_request("response_format cannot be combined with a required or named tool_choice",
-                          "response_format", "conflicting_parameters")
+    tools = plan_tools(req.tools, req.tool_choice, chat_tool_format(engine, settings), req.parallel_tool_calls,
+                       req.constrain_tool_calls)
+    if tools is not None:  # why: a trigger that is a special token has no text: the grammar names it by id
+        tools = replace(tools, trigger_token=special_token_id(engine.tokenizer, tools.fmt.trigger))
+    fmt = response_format_constraint(req.response_format)
+    tool_tag = tool_constraint(tools) if tools else None
+    if fmt is not None and tool_tag is not None:
+        if tools is not None and tools.kind.value == "auto":  # why: the response_format governs, as before
+            tool_tag = None
+        else:
+            raise bad_request("response_format cannot be combined with a required or named tool_choice",
+                              "response_format", "conflicting_parameters")
     # why: grammar errors must name what the client sent: the schema inside response_format, or tools
-    extra, extra_param = ((fmt_schema, "response_format.json_schema.schema") if fmt_schema is not None
-                          else (tool_schema, "tools"))
-    constraint = _constraint(req, extra, extra_param)
+    if fmt is not None:
+        param = "response_format.json_schema.schema" if fmt[0] == "json_schema" else "response_format"
+        constraint = _constraint(req, fmt[1], param, fmt[0])
+    else:
+        constraint = _constraint(req, tool_tag, "tools", "structural_tag")
     ids = chat_prompt_ids(req.messages, engine.tokenizer, tools)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
         max_tokens = max(engine.max_new_tokens_room - len(ids), 1)
-    params = sampling_params(req, max_tokens, n, constraint.params)
+    extra = {"skip_special_tokens": False} if tools is not None and tools.trigger_token is not None else {}
+    params = sampling_params(req, max_tokens, n, {**constraint.params, **extra})  # why: the parser reads the trigger
     top = (req.top_logprobs or 0) if req.logprobs else 0
     most = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    names = FieldNames("messages", most, "min_tokens", "top_logprobs", constraint.field)
+    names = FieldNames("messages", most, "min_tokens", "top_logprobs", constraint.field,
+                       structure_fields(tools) if tool_tag is not None and tools is not None else ())
     request = GenerateRequest((tuple(ids),), (params,), LogprobOptions(bool(req.logprobs), -1, top), rid,
                               _priority(req), names=names)
     opts = req.stream_options

@@ -30,13 +30,11 @@ from sprig.runtime.server.openai_protocol import (
     CompletionChoice,
     CompletionChunk,
     CompletionResponse,
-    FunctionCall,
-    FunctionCallDelta,
     ToolCall,
-    ToolCallDelta,
 )
-from sprig.runtime.server.openai_tools import TaggedCallStream, ToolChoiceKind, calls_from_output, new_call_id
+from sprig.runtime.server.openai_tools import ToolChoiceKind, calls_from_output
 from sprig.runtime.server.state import TokenTexts
+from sprig.runtime.server.tool_formats import CallEvent
 
 
 @dataclass
@@ -132,20 +130,29 @@ class CompletionStreamer:
         return CompletionChunk(self.ids.id, self.ids.created, self.ids.model, [], usage)
 
 
+def _call_delta(index: int, call_id: str, name: str, head: bool, piece: str | None) -> dict[str, Any]:
+    """One call's delta as OpenAI writes it: id, type and name only in its first, absent (not null) after."""
+    function: dict[str, Any] = {"name": name} if head else {}
+    if piece or head:
+        function["arguments"] = piece or ""
+    out: dict[str, Any] = {"index": index, "function": function}
+    return {**out, "id": call_id, "type": "function"} if head else out
+
+
 class ChatStreamer:
-    """Turns the engine's deltas into /v1/chat/completions chunks, tool calls included."""
+    """Turns the engine's deltas into /v1/chat/completions chunks, tool calls included.
+
+    A call streams as OpenAI streams it: its index, id, type and name in one delta once its header is written,
+    then its arguments in pieces; a choice that made a complete call finishes with "tool_calls".
+    """
 
     def __init__(self, ids: ResponseIds, plan: OpenAIPlan, texts: TokenTexts) -> None:
         self.ids, self.plan, self.texts = ids, plan, texts
         count = plan.call.request.num_sequences
         self.progress = [_Progress() for _ in range(count)]
-        kind = plan.tools.kind if plan.tools is not None else ToolChoiceKind.NONE
-        self.kind = kind
-        names = {f["name"] for f in plan.tools.functions} if plan.tools is not None else set()
-        self.tagged = [TaggedCallStream(names) for _ in range(count)] if kind is ToolChoiceKind.AUTO else []
-        self.call_ids = [new_call_id() for _ in range(count)]
-        self.calls: list[list[ToolCall]] = [[] for _ in range(count)]
-        self.text = [""] * count if kind is ToolChoiceKind.REQUIRED else []  # parsed whole, at the end
+        tools = plan.tools
+        parsing = tools is not None and tools.kind is not ToolChoiceKind.NONE
+        self.parsers = [tools.parser() for _ in range(count)] if parsing and tools is not None else []
 
     def opening(self) -> ChatCompletionChunk:
         """The first chunk: the assistant role for every choice."""
@@ -163,43 +170,29 @@ class ChatStreamer:
         if delta is None and logprobs is None and reason is None:
             return None
         p.finished = reason is not None
-        reason = _reason_with_tools(reason, self.calls[i])
+        if self.parsers and reason == "stop" and self.parsers[i].complete_calls():
+            reason = "tool_calls"
         return self._wrap([ChatChunkChoice(i, delta or ChatDelta(), logprobs, reason)])
 
     def _delta(self, i: int, text: str, final: bool) -> ChatDelta | None:
-        if self.kind is ToolChoiceKind.NAMED:
-            return self._named_delta(i, text)
-        if self.kind is ToolChoiceKind.REQUIRED:
-            self.text[i] += text
-            return self._required_delta(i, self.text[i]) if final else None
-        if self.kind is ToolChoiceKind.AUTO:
-            content, calls = self.tagged[i].feed(text)
-            if final:
-                content += self.tagged[i].flush()
-            return self._content_and_calls(i, content, calls)
-        return ChatDelta(content=text) if text else None
-
-    def _named_delta(self, i: int, text: str) -> ChatDelta | None:
-        name = self.plan.tools.name if self.plan.tools else None
-        if not self.calls[i]:
-            self.calls[i].append(ToolCall(self.call_ids[i], FunctionCall(name or "", "")))
-            head = ToolCallDelta(0, FunctionCallDelta(name, text), self.call_ids[i], "function")
-            return ChatDelta(tool_calls=[head])
-        return ChatDelta(tool_calls=[ToolCallDelta(0, FunctionCallDelta(arguments=text))]) if text else None
-
-    def _required_delta(self, i: int, final_text: str) -> ChatDelta | None:
-        assert self.plan.tools is not None
-        content, calls = calls_from_output(self.plan.tools, final_text)
-        return self._content_and_calls(i, content or "", calls)
-
-    def _content_and_calls(self, i: int, content: str, calls: list[ToolCall]) -> ChatDelta | None:
-        start = len(self.calls[i])
-        self.calls[i].extend(calls)
-        deltas = [ToolCallDelta(start + k, FunctionCallDelta(c.function.name, c.function.arguments), c.id,
-                                "function") for k, c in enumerate(calls)]
-        if not content and not deltas:
+        if not self.parsers:
+            return ChatDelta(content=text) if text else None
+        parser = self.parsers[i]
+        event = parser.feed(text)
+        if final:
+            last = parser.finish()
+            event = CallEvent(event.content + last.content, event.headers + last.headers,
+                              {k: event.pieces.get(k, "") + last.pieces.get(k, "")
+                               for k in {*event.pieces, *last.pieces}})
+        calls = []
+        for k in sorted({*event.headers, *event.pieces}):
+            call = parser.calls[k] if k < len(parser.calls) else None
+            if call is None:
+                continue
+            calls.append(_call_delta(k, call.id, call.name, k in event.headers, event.pieces.get(k)))
+        if not event.content and not calls:
             return None
-        return ChatDelta(content=content or None, tool_calls=deltas or None)
+        return ChatDelta(content=event.content or None, tool_calls=calls or None)
 
     def aborted(self) -> ChatCompletionChunk | None:
         choices = [ChatChunkChoice(i, ChatDelta(), None, "abort") for i, p in enumerate(self.progress)

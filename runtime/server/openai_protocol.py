@@ -79,6 +79,7 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
     suffix: str | None = None
     best_of: int | None = None
+    response_format: ResponseFormat | None = None
 
 
 class Role(str, Enum):
@@ -121,8 +122,13 @@ class JsonSchemaFormat(StrictModel):
 
 
 class ResponseFormat(StrictModel):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    # structural_tag (SGLang's and vLLM's): free text; a trigger opens one of the structures (begin, schema, end)
+    structures: list[dict[str, Any]] | None = None
+    triggers: list[str] | None = None
+    mode: Literal["triggered", "forced"] | None = None  # sprig: "forced" writes a structure from the first token
+    parallel: bool | None = None  # sprig: false allows one structure only
 
 
 class FunctionDef(StrictModel):
@@ -164,6 +170,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    constrain_tool_calls: bool | None = Field(
+        None, description="auto mode: false leaves opened calls unconstrained, parsed after the fact (sprig)")
 
 
 # --- responses (dataclasses: orjson serializes them directly, fast on the streaming path) -------------------
@@ -286,7 +294,7 @@ class ToolCallDelta:
 class ChatDelta:
     role: str | None = None
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta] | list[dict[str, Any]] | None = None  # dicts: keys left out, as OpenAI does
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ class OpenAIEndpoint:
     endpoint: str  # the metrics and admission label
     id_prefix: str
     check: Callable[[Any, Engine, int], int]  # cheap checks before admission -> sequences
-    plan: Callable[[Any, Engine, str], OpenAIPlan]  # worker thread: template, tokenize
+    plan: Callable[[Any, Engine, str, Any], OpenAIPlan]  # worker thread: template, tokenize (+ settings)
     respond: Callable[[ResponseIds, OpenAIPlan, list[dict[str, Any]], TokenTexts], Any]
     streamer: Callable[[ResponseIds, OpenAIPlan, TokenTexts], Streamer]
     opens_with_role: bool = False  # chat streams open with the assistant role
@@ -71,7 +71,7 @@ class OpenAIEndpoint:
         ids = ResponseIds(f"{self.id_prefix}-{uuid.uuid4().hex}", state.model_name)
 
         def plan() -> tuple[OpenAIPlan, Any]:
-            planned = self.plan(req, engine, ids.id)
+            planned = self.plan(req, engine, ids.id, state.settings)
             return planned, planned.call
 
         plan_, run = await start_run(state, tenant_of(request), sequences, self.endpoint, plan)

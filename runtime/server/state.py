@@ -36,6 +36,7 @@ class ServerSettings:
     shutdown_timeout: float = 30.0
     watchdog_timeout: float = 60.0
     incremental_streaming_output: bool = False  # /generate streams send only what is new (SGLang's option)
+    tool_call_parser: str | None = None  # the tool-call format (tool_formats.py); None: from the chat template
 
 
 class StopCause(Enum):
