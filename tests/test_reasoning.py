@@ -183,7 +183,8 @@ def test_unconstrained_budget_and_no_thinking_without_require_reasoning(engine):
     assert re.fullmatch(DIGITS, plain["text"])  # no thinking phase asked for: the regex from the first token
 
 
-@pytest.mark.parametrize("options", [{"disable_jump_forward": True}, {"speculative_algorithm": "ngram"}])
+@pytest.mark.parametrize("options", [{"disable_jump_forward": True}, {"speculative_algorithm": "ngram"},
+                                     {"enable_overlap_schedule": True}])
 def test_speculation_and_jump_forward_keep_the_same_output(tiny_paths, engine, options):
     schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
                          "additionalProperties": False})
