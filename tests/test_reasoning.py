@@ -246,6 +246,11 @@ def test_chat_reasoning_content_whole_and_streamed(client):
     assert streamed_thinking == thinking and "".join(contents) == whole.message.content
     assert sum(1 for d in deltas if getattr(d, "reasoning_content", None)) > 1  # thinking streams token by token
     assert not any(c in "".join(contents) for c in "</>")
+    held = client.chat.completions.create(**{**body, "extra_body": {**body["extra_body"], "stream_reasoning": False}},
+                                          stream=True)
+    held_thinking = [d.reasoning_content for c in held if c.choices  # type: ignore[attr-defined]
+                     for d in [c.choices[0].delta] if getattr(d, "reasoning_content", None)]
+    assert held_thinking == [thinking]  # SGLang's stream_reasoning false: one chunk once thinking is over
     off = client.chat.completions.create(**{**body, "extra_body": {**body["extra_body"], "separate_reasoning": False}})
     assert off.choices[0].message.content == thinking + "</think>" + whole.message.content
 

@@ -154,6 +154,7 @@ class ChatStreamer:
         self.text = [""] * count if kind is ToolChoiceKind.REQUIRED else []  # parsed whole, at the end
         reasoning = plan.reasoning if plan.reasoning is not None and plan.reasoning.separate else None
         self.splitters = [reasoning.splitter() for _ in range(count)] if reasoning is not None else []
+        self.held_thinking = [""] * count if reasoning is not None and not reasoning.stream else []
 
     def opening(self) -> ChatCompletionChunk:
         """The first chunk: the assistant role for every choice."""
@@ -182,10 +183,16 @@ class ChatStreamer:
         """(thinking, answer) text of a delta, markers held back until whole; the text itself without a split."""
         if not self.splitters:
             return "", text
-        thinking, answer = self.splitters[i].feed(text)
+        splitter = self.splitters[i]
+        thinking, answer = splitter.feed(text)
         if final:
-            more_thinking, more_answer = self.splitters[i].flush()
+            more_thinking, more_answer = splitter.flush()
             thinking, answer = thinking + more_thinking, answer + more_answer
+        if self.held_thinking:  # stream_reasoning false: the whole thinking in one chunk, once it is over
+            self.held_thinking[i] += thinking
+            thinking = ""
+            if final or splitter.answering:
+                thinking, self.held_thinking[i] = self.held_thinking[i], ""
         return thinking, answer
 
     def _delta(self, i: int, text: str, final: bool) -> ChatDelta | None:

@@ -167,6 +167,7 @@ class ChatCompletionRequest(SamplingFields):
     # reasoning models (with --reasoning-parser; SGLang's names)
     separate_reasoning: bool | None = Field(True, description="thinking text in reasoning_content, apart from content")
     max_thinking_tokens: int | None = Field(None, description="thinking tokens before </think> is forced")
+    stream_reasoning: bool | None = Field(True, description="false: the thinking streams in one chunk at its end")
 
 
 # --- responses (dataclasses: orjson serializes them directly, fast on the streaming path) -------------------

@@ -35,18 +35,21 @@ class ReasoningPlan:
     inside: bool  # the output starts inside thinking
     thinking_first: bool  # the prompt has not closed thinking: a constraint and a budget wait for its end
     separate: bool  # the client wants thinking apart from the answer
+    stream: bool = True  # streamed as it comes; False: in one chunk once thinking ends (SGLang's stream_reasoning)
 
     @classmethod
-    def after(cls, fmt: ReasoningFormat, prompt_tail: str, separate: bool, inside: bool = False) -> ReasoningPlan:
+    def after(cls, fmt: ReasoningFormat, prompt_tail: str, separate: bool, inside: bool = False,
+              stream: bool = True) -> ReasoningPlan:
         """The plan of output that follows `prompt_tail`; `inside`: the caller says it starts inside thinking."""
         closed = fmt.closed_in(prompt_tail) and not inside
-        return cls(fmt, (inside or fmt.inside_after(prompt_tail)) and not closed, not closed, separate)
+        return cls(fmt, (inside or fmt.inside_after(prompt_tail)) and not closed, not closed, separate, stream)
 
     @classmethod
-    def of(cls, fmt: ReasoningFormat, tokenizer: Tokenizer, prompt_ids: list[int], separate: bool) -> ReasoningPlan:
+    def of(cls, fmt: ReasoningFormat, tokenizer: Tokenizer, prompt_ids: list[int], separate: bool,
+           stream: bool = True) -> ReasoningPlan:
         """The plan of output that follows a tokenized prompt."""
         return cls.after(fmt, tokenizer.decode(prompt_ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False),
-                         separate)
+                         separate, stream=stream)
 
     def splitter(self) -> ReasoningSplitter:
         return ReasoningSplitter(self.fmt, self.inside, closed=not self.thinking_first)
@@ -95,6 +98,11 @@ class ReasoningSplitter:
             return False
         self.phase = _Phase.INSIDE if self.phase is _Phase.OPENING else _Phase.ANSWER
         return True
+
+    @property
+    def answering(self) -> bool:
+        """Thinking is over (or never came): what follows is answer."""
+        return self.phase is _Phase.ANSWER
 
     def flush(self) -> tuple[str, str]:
         """What is still held when the output ends: thinking if inside (an unclosed or cut marker), else answer."""
