@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sprig.lang.errors import InvalidArgumentError
+from sprig.lang.errors import InvalidArgumentError, UnsupportedError
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -58,9 +58,15 @@ def call_schema(tools: tuple[ToolSpec, ...]) -> str:
 
 
 def opened_call(meta: dict[str, Any]) -> bool:
-    """Whether a free segment stopped because the model wrote the call opener."""
+    """Whether a free segment stopped because the model wrote the call opener; an UnsupportedError when the backend
+    does not say which stop matched (an OpenAI-compatible server without SGLang's `matched_stop`)."""
     finish = meta.get("finish_reason") or {}
-    return isinstance(finish, dict) and finish.get("type") == "stop" and finish.get("matched") == TOOL_CALL_OPEN
+    if not isinstance(finish, dict) or finish.get("type") != "stop":
+        return False
+    if finish.get("matched") is None:
+        raise UnsupportedError("gen(tools=...) needs a backend that reports which stop matched (sprig's engine, "
+                               "its /generate, SGLang servers)")
+    return finish["matched"] == TOOL_CALL_OPEN
 
 
 def call_of(text: str) -> dict[str, str]:

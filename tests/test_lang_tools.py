@@ -11,8 +11,8 @@ import pytest
 
 import sprig
 from sprig import Engine
-from sprig.lang.errors import InvalidArgumentError
-from sprig.lang.tool_calls import call_schema, parse_tools
+from sprig.lang.errors import InvalidArgumentError, UnsupportedError
+from sprig.lang.tool_calls import TOOL_CALL_OPEN, call_schema, opened_call, parse_tools
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
                                               "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -74,6 +74,14 @@ def test_call_schema_admits_exactly_the_declared_calls():
                 {"name": "get_weather", "arguments": {"city": "x"}}, {"name": "other", "arguments": {}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_the_opener_is_read_from_the_matched_stop():
+    assert opened_call({"finish_reason": {"type": "stop", "matched": TOOL_CALL_OPEN}})
+    assert not opened_call({"finish_reason": {"type": "stop", "matched": 2}})  # EOS
+    assert not opened_call({"finish_reason": {"type": "length", "matched": None}})
+    with pytest.raises(UnsupportedError, match="reports which stop matched"):
+        opened_call({"finish_reason": {"type": "stop", "matched": None}})  # cannot tell EOS from the opener
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
