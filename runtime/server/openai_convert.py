@@ -310,9 +310,9 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str) -> OpenAIPla
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
         max_tokens = max(engine.max_new_tokens_room - len(ids), 1)
-    fmt = engine.reasoning_format
-    reasoning = ReasoningPlan.of(fmt, engine.tokenizer, ids, req.separate_reasoning is not False,
-                                 req.stream_reasoning is not False) if fmt else None
+    markers = engine.reasoning_format
+    reasoning = ReasoningPlan.of(markers, engine.tokenizer, ids, req.separate_reasoning is not False,
+                                 req.stream_reasoning is not False) if markers else None
     thinking_first = reasoning is not None and reasoning.thinking_first
     budget = {"max_thinking_tokens": req.max_thinking_tokens} if reasoning is None or thinking_first else {}
     params = sampling_params(req, max_tokens, n, {**constraint.params, **budget})
