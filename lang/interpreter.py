@@ -11,6 +11,14 @@ from sprig.lang.document import Document, convert
 from sprig.lang.errors import BackendError
 from sprig.lang.ir import Gen, GenParams, Select, SelectMethod
 from sprig.lang.select_scoring import decide
+from sprig.lang.tool_calls import (
+    MAX_TOOL_CALLS,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    call_of,
+    call_schema,
+    opened_call,
+)
 
 MAX_SEED = 2**63
 
@@ -65,6 +73,9 @@ def run_gen(state: ProgramState, node: Gen, index: int) -> None:
         seed = state.next_seed(index)
         if seed is not None:
             params["seed"] = seed
+    if node.tools is not None:
+        run_tool_gen(state, node, params)
+        return
     prompt = state.doc.prompt()
     backend = state.config.backend
     if state.config.stream:
@@ -83,6 +94,42 @@ def run_gen(state: ProgramState, node: Gen, index: int) -> None:
         state.emit(node.name, text, out.token_ids)
         state.close_var(node.name)
     state.store(node.name, convert(text, node.dtype, node.name), meta)
+
+
+def run_tool_gen(state: ProgramState, node: Gen, params: dict[str, Any]) -> None:
+    """`gen(tools=...)`: free segments that stop at the call opener, each call generated under the tools' call
+    schema and closed; `max_new_tokens` bounds the whole (lang/tool_calls.py)."""
+    assert node.tools is not None
+    backend, budget = state.config.backend, params.get("max_new_tokens")
+    free = {**params, "stop": [*params.get("stop", []), TOOL_CALL_OPEN]}
+    call = {k: v for k, v in params.items() if k not in ("stop", "stop_regex")} | {
+        "json_schema": call_schema(node.tools)}
+    texts, calls, used, meta = [], [], 0, {}
+    for segment in range(2 * MAX_TOOL_CALLS + 1):
+        calling = segment % 2 == 1
+        if budget is not None and used >= budget:
+            break
+        left = {} if budget is None else {"max_new_tokens": budget - used}
+        seed = {"seed": (params["seed"] + segment) % MAX_SEED} if "seed" in params else {}
+        out = backend.generate(state.doc.prompt(), {**(call if calling else free), **left, **seed})
+        meta, text = dict(out.meta), out.text
+        _raise_if_aborted(meta)
+        used += int(meta.get("completion_tokens") or 0)
+        complete = calling and (meta.get("finish_reason") or {}).get("type") == "stop"
+        if calling and complete:
+            calls.append(call_of(text))
+        closing = ("\n" + TOOL_CALL_CLOSE) if complete else ""
+        opening = TOOL_CALL_OPEN + "\n" if not calling and opened_call(meta) else ""
+        for piece, ids in ((text, out.token_ids), (closing + opening, None)):
+            if piece:
+                state.emit(node.name, piece, ids)
+                texts.append(piece)
+        if not (complete or opening):
+            break
+    state.close_var(node.name)
+    meta["tool_calls"] = calls
+    meta["completion_tokens"] = used
+    state.store(node.name, "".join(texts), meta)
 
 
 def run_select(state: ProgramState, node: Select) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from sprig.lang.tool_calls import ToolSpec
+
 
 class Role(str, Enum):
     """Chat roles; each renders with the model's own chat template."""
@@ -113,6 +115,7 @@ class Gen(Node):
     name: str | None
     params: GenParams = field(default_factory=GenParams)
     dtype: Dtype = Dtype.STR
+    tools: tuple[ToolSpec, ...] | None = None  # the model may call these (lang/tool_calls.py)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from sprig.lang.ir import (
     Seq,
     to_node,
 )
+from sprig.lang.tool_calls import parse_tools
 
 # The patterns `dtype` constrains output to; bounded so that the conversion never overflows.
 INT_REGEX = r"-?(0|[1-9][0-9]{0,17})"
@@ -50,15 +51,20 @@ def gen(
     ignore_eos: bool | None = None,
     seed: int | None = None,
     priority: int | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> Gen:
     """Generate text after the current prompt, append it, and store it as `s[name]`.
 
     Unset options fall back to the defaults given to `run`. `regex`, `json_schema` (a dict or a JSON string)
     and `choices` constrain the output through the backend's grammar; `dtype` (int, float, bool or str)
     constrains it to a literal of that type and stores the converted value. A higher `priority` is scheduled
-    first by a sprig (or SGLang) server.
+    first by a sprig (or SGLang) server. `tools` (OpenAI tool objects) lets the model call them as the chat API's
+    "auto" mode does: `s[name]` is the whole text and `s.get_meta_info(name)["tool_calls"]` the calls, each exact to
+    its tool's schema (lang/tool_calls.py).
     """
     kind = _dtype(dtype)
+    if tools is not None and (kind is not Dtype.STR or any(x is not None for x in (regex, json_schema, choices))):
+        raise InvalidArgumentError("tools cannot be combined with regex, json_schema, choices or dtype", param="tools")
     if sum(x is not None for x in (regex, json_schema, choices)) > 1:
         raise InvalidArgumentError("give at most one of regex, json_schema and choices", param="regex")
     if kind is not Dtype.STR and (json_schema is not None or choices is not None):
@@ -79,7 +85,7 @@ def gen(
         presence_penalty=presence_penalty, repetition_penalty=repetition_penalty, ignore_eos=ignore_eos, seed=seed,
         regex=regex, json_schema=json_schema, choices=choices, priority=priority,
     )
-    return Gen(_name(name), params, kind)
+    return Gen(_name(name), params, kind, parse_tools(tools) if tools is not None else None)
 
 
 def select(

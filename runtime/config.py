@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from sprig.runtime.reasoning_format import REASONING_FORMATS, reasoning_format
+
 GRAMMAR_BACKENDS = ("llguidance", "outlines")
 SPECULATIVE_ALGORITHMS = ("ngram", "draft")
 MAX_DRAFT_TOKENS = 32  # why: bounds the verify row's extra KV and the matcher's rollback depth
@@ -66,6 +68,9 @@ class EngineConfig:
     cuda_graph_max_bs: int = 64
     grammar_workers: int = 2
     grammar_backend: str = "llguidance"  # or "outlines" (eager token automata; no ebnf)
+    # A reasoning model's format (SGLang's names: runtime/reasoning_format.py): a request's constraint may then start
+    # after its thinking, which a thinking budget can close. None: no thinking phase.
+    reasoning_parser: str | None = None
     # Speculative decoding (SGLang's names): None, "ngram" (prompt lookup) or "draft" (a second, small model).
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
@@ -113,6 +118,8 @@ class EngineConfig:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}; got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in GRAMMAR_BACKENDS:
             raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}")
+        if self.reasoning_parser is not None:
+            reasoning_format(self.reasoning_parser)
         if self.disable_overlap_schedule and self.enable_overlap_schedule:
             raise ValueError("enable_overlap_schedule and disable_overlap_schedule contradict each other")
         if self.enable_overlap_schedule and self.speculative_algorithm is not None:
@@ -269,6 +276,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                          help="sample forced grammar tokens one by one instead of appending them at once")
     grammar.add_argument("--grammar-backend", default=d.grammar_backend, choices=list(GRAMMAR_BACKENDS),
                          help="constrained decoding: llguidance (lazy masks over a grammar) or outlines (token automata)")
+    grammar.add_argument("--reasoning-parser", default=None, metavar="|".join(REASONING_FORMATS),
+                         help="the model's thinking format (SGLang's names): thinking goes to reasoning_content and a "
+                              "constraint starts after it (default: none)")
     speculative.add_argument("--speculative-algorithm", default=None, choices=list(SPECULATIVE_ALGORITHMS),
                              help="speculative decoding: ngram (prompt lookup) or draft (a small model) (default: off)")
     speculative.add_argument("--speculative-draft-model-path", default=None,

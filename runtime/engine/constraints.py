@@ -19,6 +19,7 @@ import torch
 from sprig.grammar import GrammarCompiler, GrammarError, GrammarSpec, TokenizerInfo
 from sprig.runtime.engine.generate_request import CONSTRAINTS, FieldNames, SamplingParams
 from sprig.runtime.engine.request import Request
+from sprig.runtime.engine.thinking import MarkerTokens
 from sprig.runtime.errors import RequestError
 
 COMPILE_TIMEOUT_S = 30.0
@@ -66,16 +67,34 @@ class ConstraintService:
         self._vocab = vocab_size
         self._workers = workers
         self._compiler: GrammarCompiler | None = None
+        self._info: TokenizerInfo | None = None
+        self._markers: dict[str, MarkerTokens] = {}
         self._lock = threading.Lock()
 
     @property
+    def info(self) -> TokenizerInfo:
+        """Every token's bytes (built once, on first use)."""
+        with self._lock:
+            if self._info is None:
+                self._info = TokenizerInfo.from_tokenizer(self._hf_tokenizer, self._eos, self._vocab)
+            return self._info
+
+    @property
     def compiler(self) -> GrammarCompiler:
+        info = self.info
         with self._lock:
             if self._compiler is None:
-                info = TokenizerInfo.from_tokenizer(self._hf_tokenizer, self._eos, self._vocab)
                 self._compiler = GrammarCompiler(info, max_workers=self._workers, timeout_s=COMPILE_TIMEOUT_S,
                                                  backend=self.backend)
             return self._compiler
+
+    def marker_tokens(self, marker: str) -> MarkerTokens:
+        """The end-of-thinking `marker` against this vocabulary (built once per marker)."""
+        info = self.info
+        with self._lock:
+            if marker not in self._markers:
+                self._markers[marker] = MarkerTokens.build(marker, info.token_bytes, self._vocab)
+            return self._markers[marker]
 
     def submit(self, spec: GrammarSpec) -> Future:
         return self.compiler.submit(spec)

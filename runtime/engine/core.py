@@ -33,6 +33,7 @@ from sprig.runtime.model.loader import load_model, resolve_dtype
 from sprig.runtime.model.named_models import model_location
 from sprig.runtime.model.runner import ModelRunner, SeqInput, StepOutput
 from sprig.runtime.model.tokenizer import Tokenizer
+from sprig.runtime.reasoning_format import reasoning_format
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,8 @@ class EngineCore:
         self.masks = MaskFiller(overlap=torch.device(config.device).type == "cuda")
         self.grammar = ConstraintService(self.tokenizer.hf, self.eos_token_ids, self.vocab_size,
                                          config.grammar_workers, config.grammar_backend)
+        if config.reasoning_parser is not None:  # why: built at load, never on a caller's event loop (0.5 s, SmolLM2)
+            self.grammar.marker_tokens(reasoning_format(config.reasoning_parser).end)
         self.spec = build_speculator(config, self.kv, self.tokenizer, self.vocab_size)
         self.schedule = choose_schedule(config, self.spec is not None, self.kv.host is not None)
         self._last_forward_end: float | None = None

@@ -51,7 +51,9 @@ from sprig.runtime.engine.schedule import Schedule
 from sprig.runtime.engine.serial import SerialLoop
 from sprig.runtime.engine.streams import AsyncGenerationStream, DeltaStream, GenerationStream, accumulator
 from sprig.runtime.engine.summary import engine_facts, engine_stats
+from sprig.runtime.engine.thinking import starts_thinking, with_thinking
 from sprig.runtime.errors import RequestError
+from sprig.runtime.reasoning_format import ReasoningFormat, reasoning_format
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +209,12 @@ class Engine:
         return hasattr(self.core, "grammar")
 
     @property
+    def reasoning_format(self) -> ReasoningFormat | None:
+        """The model's thinking markers (`reasoning_parser`), or None."""
+        name = self.config.reasoning_parser
+        return reasoning_format(name) if name is not None else None
+
+    @property
     def max_new_tokens_room(self) -> int:
         """The longest sequence (prompt + output) that fits both the context and the pool."""
         return min(self.context_length, self.kv_pool_tokens)
@@ -256,18 +264,11 @@ class Engine:
                 f"prompt ({prompt_len}) + {most} ({params.max_new_tokens}) needs more KV than the "
                 f"whole pool ({pool} tokens)", param=most, code="context_length_exceeded")
 
-    def make_requests(
-        self,
-        prompt: str | list[str] | None = None,
-        sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
-        input_ids: list[int] | list[list[int]] | None = None,
-        return_logprob: bool = False,
-        logprob_start_len: int = -1,
-        top_logprobs_num: int = 0,
-        namespace: str = "",
-        priority: int = 0,
-        rid: str | None = None,
-    ) -> tuple[list[Request], bool]:
+    def make_requests(self, prompt: str | list[str] | None = None,
+                      sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
+                      input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
+                      logprob_start_len: int = -1, top_logprobs_num: int = 0, namespace: str = "", priority: int = 0,
+                      rid: str | None = None) -> tuple[list[Request], bool]:
         """Validate and build every request of a dict-API call (nothing is submitted if any is invalid).
 
         Returns the requests (n copies of each prompt are consecutive) and whether the call was a batch.
@@ -303,8 +304,10 @@ class Engine:
             self.check_lengths(len(ids), params, names)
             grammar = self._compile(params, names)
             base = f"{call_id}-{i}" if count > 1 else call.rid
+            thinking = starts_thinking(call, params, self.reasoning_format)
             for k in range(params.n):
                 reqs.append(self._request(ids, params, k, lp, call, base, grammar))
+                reqs[-1].thinking = thinking
         return PreparedCall(tuple(reqs), call.batch, names)
 
     def _compile(self, params: SamplingParams, names: FieldNames) -> Future | None:
@@ -327,14 +330,17 @@ class Engine:
             logprobs=lp, namespace=call.namespace, priority=call.priority, grammar_future=grammar,
         )
 
-    @staticmethod
-    def _attach_matchers(call: PreparedCall) -> None:
-        """Give constrained requests their matchers (compilation finished; errors raise RequestError)."""
+    def _attach_matchers(self, call: PreparedCall) -> None:
+        """Give constrained requests their matchers (compilation finished; errors raise RequestError), after
+        thinking where the output starts inside it."""
+        fmt = self.reasoning_format
         with constraint_named(call.names):
             for req in call.requests:
                 if req.grammar_future is not None:
                     req.matcher = matcher_for(compiled_or_error(req.grammar_future))
                     req.grammar_future = None
+                if fmt is not None:
+                    with_thinking(req, lambda: self.core.grammar.marker_tokens(fmt.end))
 
     def _submit(self, call: PreparedCall, loop: asyncio.AbstractEventLoop | None, stream: bool) -> DeltaChannel:
         self._attach_matchers(call)

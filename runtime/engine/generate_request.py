@@ -114,6 +114,8 @@ class SamplingParams:
     structural_tag: str | dict[str, Any] | None = None  # free text with triggered structures (grammar/structural.py)
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
+    # Thinking tokens the model may choose before the end-of-thinking marker is forced (needs a reasoning parser)
+    max_thinking_tokens: int | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -186,6 +188,10 @@ class SamplingParams:
         self._validate_stop_regex(max_stop_strings, max_stop_chars)
         self._validate_logit_bias(vocab_size)
         self._validate_constraint()
+        if self.max_thinking_tokens is not None:
+            _check_int(self.max_thinking_tokens, "max_thinking_tokens")
+            if self.max_thinking_tokens < 0:
+                _fail("max_thinking_tokens", ErrorCode.OUT_OF_RANGE, "max_thinking_tokens must be >= 0")
         if self.stream_interval is not None:
             _check_int(self.stream_interval, "stream_interval")
             if self.stream_interval < 1:
@@ -366,6 +372,7 @@ class GenerateRequest:
     namespace: str = ""  # the tenant's prefix-cache namespace
     batch: bool = False  # the caller asked with a list (results come back as a list)
     names: FieldNames = NATIVE_NAMES
+    require_reasoning: bool = False  # SGLang's name: the output starts inside thinking; a constraint waits for its end
 
     @property
     def num_sequences(self) -> int:
@@ -376,10 +383,12 @@ def generate_request(prompt: str | list[str] | None = None,
                      sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None,
                      input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                      logprob_start_len: int = -1, top_logprobs_num: int = 0, namespace: str = "", priority: int = 0,
-                     rid: str | None = None, text_field: str = "prompt") -> GenerateRequest:
+                     rid: str | None = None, text_field: str = "prompt",
+                     require_reasoning: bool = False) -> GenerateRequest:
     """The dict API's keyword arguments as a `GenerateRequest` (shapes only; `Engine.prepare` validates).
 
-    `text_field`: the caller's name of `prompt` (SGLang's /generate calls it `text`).
+    `text_field`: the caller's name of `prompt` (SGLang's /generate calls it `text`); `require_reasoning`: see
+    `GenerateRequest`.
     """
     if (prompt is None) == (input_ids is None):
         raise RequestError(f"give exactly one of {text_field} and input_ids", param=text_field)
@@ -407,4 +416,4 @@ def generate_request(prompt: str | list[str] | None = None,
         params = (SamplingParams.from_dict(sampling_params),) * len(prompts)
     return GenerateRequest(tuple(prompts), params, LogprobOptions(bool(return_logprob), logprob_start_len,
                                                                   top_logprobs_num),
-                           rid, priority, namespace, batch, names)
+                           rid, priority, namespace, batch, names, bool(require_reasoning))

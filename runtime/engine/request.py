@@ -79,6 +79,7 @@ class Request:
     text_delta: str = ""  # text produced since the last report
     grammar_future: Future | None = None  # compiling constraint; resolved by the caller before submission
     matcher: Any = None  # GrammarMatcher of a constrained request
+    thinking: bool = False  # the output starts inside thinking (a constraint and a thinking budget wait for its end)
     penalties: TokenHistory | None = None  # running token counts, when the params ask for penalties
     # How much of the output the caller has been sent (reports carry only what is new).
     reported_ids: int = 0

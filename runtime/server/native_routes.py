@@ -23,12 +23,14 @@ from fastapi import APIRouter, Request
 from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
+from sprig.runtime.engine.engine import Engine
 from sprig.runtime.engine.generate_request import generate_request
 from sprig.runtime.engine.request import StepDelta
 from sprig.runtime.server.auth import forbidden
 from sprig.runtime.server.http_common import bad_request, body_spec, json_response, read_model
 from sprig.runtime.server.native_stream import ChunkCutter, stream_intervals
 from sprig.runtime.server.openai_protocol import StrictModel
+from sprig.runtime.server.reasoning import PROMPT_TAIL_TOKENS, ReasoningPlan, ResultSplitter
 from sprig.runtime.server.run import (
     EventStream,
     GenerationRun,
@@ -44,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
+PROMPT_TAIL_CHARS = 256  # why: where a text prompt's thinking markers are looked for
 FLUSH_POLL_S = 0.05  # how often a flush with a timeout asks the engine again
 
 
@@ -66,6 +69,10 @@ class GenerateRequest(StrictModel):
     rid: str | None = Field(None, max_length=128)
     timeout: float | None = None
     priority: int | None = None  # higher is scheduled first (SGLang's field)
+    # reasoning models (with --reasoning-parser): SGLang's `require_reasoning` (the output starts inside thinking and a
+    # constraint waits for its end); `separate_reasoning` splits each text into `text` and `reasoning_text`
+    require_reasoning: bool | None = False
+    separate_reasoning: bool | None = False
 
 
 def _is_batch(req: GenerateRequest) -> bool:
@@ -115,8 +122,25 @@ def server_call(req: GenerateRequest, params: Any, rid: str) -> ServerCall:
     """The engine call of a /generate request (worker thread: `SamplingParams.from_dict` runs here)."""
     request = generate_request(req.text, params, req.input_ids, bool(req.return_logprob),
                                -1 if req.logprob_start_len is None else req.logprob_start_len,
-                               req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text")
+                               req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text",
+                               require_reasoning=bool(req.require_reasoning))
     return ServerCall(request, req.timeout)
+
+
+def result_splitter(req: GenerateRequest, call: ServerCall, engine: Engine) -> ResultSplitter | None:
+    """With `separate_reasoning`, how each sequence's text splits (its prompt's end says where thinking stands)."""
+    if not req.separate_reasoning:
+        return None
+    fmt = engine.reasoning_format
+    if fmt is None:
+        raise bad_request("separate_reasoning needs a reasoning parser (--reasoning-parser)", "separate_reasoning",
+                          "unsupported")
+    plans: list[ReasoningPlan] = []
+    for prompt, params in zip(call.request.prompts, call.request.params, strict=True):
+        tail = prompt[-PROMPT_TAIL_CHARS:] if isinstance(prompt, str) else \
+            engine.tokenizer.decode(list(prompt[-PROMPT_TAIL_TOKENS:]), skip_special_tokens=False)
+        plans += [ReasoningPlan.after(fmt, tail, True, inside=bool(req.require_reasoning))] * params.n
+    return ResultSplitter(plans)
 
 
 def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str, Any]:
@@ -135,15 +159,23 @@ def native_result(result: dict[str, Any], texts: TokenTexts | None) -> dict[str,
     return {**result, "meta_info": meta}
 
 
-def native_stream(state: ServerState, run: GenerationRun, texts: TokenTexts | None, cutter: ChunkCutter) -> Any:
-    """The SSE body: chunks cut by `cutter`; at shutdown each unfinished sequence's last chunk."""
+def native_stream(state: ServerState, run: GenerationRun, texts: TokenTexts | None, cutter: ChunkCutter,
+                  split: ResultSplitter | None = None) -> Any:
+    """The SSE body: chunks cut by `cutter` (their text split by `split`); at shutdown each unfinished sequence's
+    last chunk."""
+
+    def separated(delta: StepDelta, out: dict[str, Any], finished: bool) -> dict[str, Any]:
+        if split is None:
+            return out
+        return split.increment(delta.index, out, finished) if cutter.incremental else split.result(delta.index, out)
 
     def chunk(delta: StepDelta) -> dict[str, Any] | None:
         out = cutter.cut(delta)
-        return None if out is None else native_result(out, texts)
+        return None if out is None else native_result(separated(delta, out, delta.meta.finished), texts)
 
     def aborted() -> list[dict[str, Any]]:
-        return [native_result(cutter.cut(d, force=True) or {}, texts) for d in run.unfinished_deltas()]
+        return [native_result(separated(d, cutter.cut(d, force=True) or {"text": ""}, True), texts)
+                for d in run.unfinished_deltas()]
 
     return sse_body(state, run, chunk, aborted)
 
@@ -163,19 +195,20 @@ def native_router() -> APIRouter:
         check_timeout(req.timeout)
         rid = f"gen-{uuid.uuid4().hex}"
 
-        def plan() -> tuple[ServerCall, ServerCall]:
+        def plan() -> tuple[tuple[ServerCall, ResultSplitter | None], ServerCall]:
             call = server_call(req, params, rid)
-            return call, call
+            return (call, result_splitter(req, call, engine)), call
 
-        call, run = await start_run(state, tenant_of(request), sequences, "generate", plan)
+        (call, split), run = await start_run(state, tenant_of(request), sequences, "generate", plan)
         texts = state_texts(state) if req.return_text_in_logprobs else None
         if req.stream:
             cutter = ChunkCutter(stream_intervals(params, _prompt_count(req)),
                                  state.settings.incremental_streaming_output, call.request.logprobs,
                                  run.num_sequences > 1, run.acc.result)
-            return EventStream(run, lambda: native_stream(state, run, texts, cutter))
+            return EventStream(run, lambda: native_stream(state, run, texts, cutter, split))
         run.watch_disconnect(request.receive)
-        results = [native_result(r, texts) for r in await run_to_end(run)]
+        results = [native_result(split.result(i, r) if split else r, texts)
+                   for i, r in enumerate(await run_to_end(run))]
         many = _is_batch(req) or len(results) > 1
         return json_response(results if many else results[0])
 

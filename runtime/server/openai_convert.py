@@ -47,6 +47,7 @@ from sprig.runtime.server.openai_tools import (
     tool_constraint,
     tools_system_prompt,
 )
+from sprig.runtime.server.reasoning import ReasoningPlan
 from sprig.runtime.server.run import ServerCall, check_timeout
 from sprig.runtime.server.state import ServerSettings, TokenTexts, safe_decode
 from sprig.runtime.server.tool_formats import (
@@ -73,6 +74,7 @@ class OpenAIPlan:
     echo: bool = False
     logprobs: int | None = None  # completions: top count; chat: top_logprobs when logprobs is on
     tools: ToolPlan | None = None
+    reasoning: ReasoningPlan | None = None  # with --reasoning-parser: how the output relates to thinking
 
 
 def check_n(req: SamplingFields, prompts: int, engine: Engine, max_sequences: int) -> int:
@@ -331,18 +333,23 @@ def chat_plan(req: ChatCompletionRequest, engine: Engine, rid: str,
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # why: OpenAI's default is "what fits"; the engine still refuses an overlong prompt
         max_tokens = max(engine.max_new_tokens_room - len(ids), 1)
+    markers = engine.reasoning_format
+    reasoning = ReasoningPlan.of(markers, engine.tokenizer, ids, req.separate_reasoning is not False,
+                                 req.stream_reasoning is not False) if markers else None
+    thinking_first = reasoning is not None and reasoning.thinking_first
+    budget = {"max_thinking_tokens": req.max_thinking_tokens} if reasoning is None or thinking_first else {}
     extra = {"skip_special_tokens": False} if tools is not None and tools.trigger_token is not None else {}
-    params = sampling_params(req, max_tokens, n, {**constraint.params, **extra})  # why: the parser reads the trigger
+    params = sampling_params(req, max_tokens, n, {**constraint.params, **budget, **extra})  # why: the parser reads the trigger
     top = (req.top_logprobs or 0) if req.logprobs else 0
     most = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = FieldNames("messages", most, "min_tokens", "top_logprobs", constraint.field,
                        structure_fields(tools) if tool_tag is not None and tools is not None else ())
     request = GenerateRequest((tuple(ids),), (params,), LogprobOptions(bool(req.logprobs), -1, top), rid,
-                              _priority(req), names=names)
+                              _priority(req), names=names, require_reasoning=thinking_first)
     opts = req.stream_options
     return OpenAIPlan(ServerCall(request, req.timeout), n, [len(ids)], bool(req.stream),
                       bool(req.stream and opts and opts.include_usage), logprobs=top if req.logprobs else None,
-                      tools=tools)
+                      tools=tools, reasoning=reasoning)
 
 
 # --- results ----------------------------------------------------------------------------------------------

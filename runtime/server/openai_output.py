@@ -30,9 +30,12 @@ from sprig.runtime.server.openai_protocol import (
     CompletionChoice,
     CompletionChunk,
     CompletionResponse,
+    ReasoningDelta,
+    ReasoningMessageOut,
     ToolCall,
 )
 from sprig.runtime.server.openai_tools import ToolChoiceKind, calls_from_output
+from sprig.runtime.server.reasoning import split_reasoning
 from sprig.runtime.server.state import TokenTexts
 from sprig.runtime.server.tool_formats import CallEvent
 
@@ -68,13 +71,16 @@ def completion_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[s
 def chat_response(ids: ResponseIds, plan: OpenAIPlan, results: list[dict[str, Any]],
                   texts: TokenTexts) -> ChatCompletionResponse:
     choices = []
+    split = plan.reasoning if plan.reasoning is not None and plan.reasoning.separate else None
     for i, r in enumerate(results):
-        content: str | None = r["text"]
+        thinking, text = split_reasoning(split, r["text"]) if split is not None else (None, r["text"])
+        content: str | None = text
         calls: list[ToolCall] = []
         if plan.tools is not None and plan.tools.kind is not ToolChoiceKind.NONE:
-            content, calls = calls_from_output(plan.tools, r["text"])
+            content, calls = calls_from_output(plan.tools, text)
         logprobs = chat_logprobs(result_entries(r["meta_info"], False), texts) if plan.logprobs is not None else None
-        message = ChatMessageOut(content, tool_calls=calls or None)
+        message = ChatMessageOut(content, tool_calls=calls or None) if split is None else \
+            ReasoningMessageOut(content, tool_calls=calls or None, reasoning_content=thinking)
         reason = _reason_with_tools(finish_reason(r["meta_info"]), calls)
         choices.append(ChatChoice(i, message, logprobs, reason))
     return ChatCompletionResponse(ids.id, ids.created, ids.model, choices, usage_of([r["meta_info"] for r in results], plan.n))
@@ -153,6 +159,9 @@ class ChatStreamer:
         tools = plan.tools
         parsing = tools is not None and tools.kind is not ToolChoiceKind.NONE
         self.parsers = [tools.parser() for _ in range(count)] if parsing and tools is not None else []
+        reasoning = plan.reasoning if plan.reasoning is not None and plan.reasoning.separate else None
+        self.splitters = [reasoning.splitter() for _ in range(count)] if reasoning is not None else []
+        self.held_thinking = [""] * count if reasoning is not None and not reasoning.stream else []
 
     def opening(self) -> ChatCompletionChunk:
         """The first chunk: the assistant role for every choice."""
@@ -166,13 +175,33 @@ class ChatStreamer:
         logprobs = chat_logprobs(step.output_logprobs, self.texts) if self.plan.logprobs is not None and \
             step.ids else None
         reason = step.meta.finish_type
+        thinking, text = self._split(i, text, reason is not None)
         delta = self._delta(i, text, reason is not None)
+        if thinking:
+            delta = ReasoningDelta(reasoning_content=thinking, content=delta.content if delta else None,
+                                   tool_calls=delta.tool_calls if delta else None)
         if delta is None and logprobs is None and reason is None:
             return None
         p.finished = reason is not None
         if self.parsers and reason == "stop" and self.parsers[i].complete_calls():
             reason = "tool_calls"
         return self._wrap([ChatChunkChoice(i, delta or ChatDelta(), logprobs, reason)])
+
+    def _split(self, i: int, text: str, final: bool) -> tuple[str, str]:
+        """(thinking, answer) text of a delta, markers held back until whole; the text itself without a split."""
+        if not self.splitters:
+            return "", text
+        splitter = self.splitters[i]
+        thinking, answer = splitter.feed(text)
+        if final:
+            more_thinking, more_answer = splitter.flush()
+            thinking, answer = thinking + more_thinking, answer + more_answer
+        if self.held_thinking:  # stream_reasoning false: the whole thinking in one chunk, once it is over
+            self.held_thinking[i] += thinking
+            thinking = ""
+            if final or splitter.answering:
+                thinking, self.held_thinking[i] = self.held_thinking[i], ""
+        return thinking, answer
 
     def _delta(self, i: int, text: str, final: bool) -> ChatDelta | None:
         if not self.parsers:

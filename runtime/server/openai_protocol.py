@@ -170,6 +170,10 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # reasoning models (with --reasoning-parser; SGLang's names)
+    separate_reasoning: bool | None = Field(True, description="thinking text in reasoning_content, apart from content")
+    max_thinking_tokens: int | None = Field(None, description="thinking tokens before </think> is forced")
+    stream_reasoning: bool | None = Field(True, description="false: the thinking streams in one chunk at its end")
     constrain_tool_calls: bool | None = Field(
         None, description="auto mode: false leaves opened calls unconstrained, parsed after the fact (sprig)")
 
@@ -258,6 +262,13 @@ class ChatMessageOut:
 
 
 @dataclass(slots=True)
+class ReasoningMessageOut(ChatMessageOut):
+    """The message of a reasoning model: its thinking apart from the answer (DeepSeek's API shape)."""
+
+    reasoning_content: str | None = None
+
+
+@dataclass(slots=True)
 class ChatChoice:
     index: int
     message: ChatMessageOut
@@ -295,6 +306,13 @@ class ChatDelta:
     role: str | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | list[dict[str, Any]] | None = None  # dicts: keys left out, as OpenAI does
+
+
+@dataclass(slots=True)
+class ReasoningDelta(ChatDelta):
+    """A stream delta of a reasoning model: thinking text in `reasoning_content`, the answer in `content`."""
+
+    reasoning_content: str | None = None
 
 
 @dataclass(slots=True)
