@@ -49,8 +49,8 @@ def lora_add_(y: torch.Tensor, x: torch.Tensor, a_t: torch.Tensor, b_t: torch.Te
               batch: LoraBatch) -> None:
     """`kernels.lora.lora_add_`: y [T, N] (unit column stride, may be a column slice) += each token's LoRA delta."""
     t, n = y.shape
-    if t == 0 or batch.empty:
-        return
+    if t == 0:
+        return  # why not on batch.empty: a graph captured before any adapter ran must still launch the kernel
     k, r = a_t.shape[1], a_t.shape[2]
     grid = (t, triton.cdiv(n, BLOCK_N))
     _lora_kernel[grid](x, y, a_t, b_t, ranks, batch.token_slots, k, n, r, x.stride(0), y.stride(0),

@@ -36,12 +36,14 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.lora_manager import resolve_adapter
 from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import (
     DeltaChannel,
     LoopWaker,
+    LoraRef,
     PreparedCall,
     Request,
     StepDelta,
@@ -303,8 +305,9 @@ class Engine:
             self.check_lengths(len(ids), params, names)
             grammar = self._compile(params, names)
             base = f"{call_id}-{i}" if count > 1 else call.rid
+            lora = resolve_adapter(self.core.lora, call.lora_paths[i] if call.lora_paths else None, names.lora)
             for k in range(params.n):
-                reqs.append(self._request(ids, params, k, lp, call, base, grammar))
+                reqs.append(self._request(ids, params, k, lp, call, base, grammar, lora))
         return PreparedCall(tuple(reqs), call.batch, names)
 
     def _compile(self, params: SamplingParams, names: FieldNames) -> Future | None:
@@ -313,7 +316,7 @@ class Engine:
         return self.core.grammar.submit(spec) if spec is not None else None
 
     def _request(self, ids: list[int], params: SamplingParams, k: int, lp: LogprobOptions, call: GenerateRequest,
-                 base: str | None, grammar: Future | None) -> Request:
+                 base: str | None, grammar: Future | None, lora: LoraRef | None = None) -> Request:
         if params.n > 1 and params.seed is not None:
             params = SamplingParams.from_dict({**params.to_dict(), "seed": (params.seed + k) % (2**63)})
         rid = base or uuid.uuid4().hex
@@ -324,7 +327,8 @@ class Engine:
             detok=IncrementalDetokenizer(self.tokenizer.hf, ids, params.skip_special_tokens,
                                          params.spaces_between_special_tokens),
             stop=StopChecker(params, self.core.eos_token_ids),
-            logprobs=lp, namespace=call.namespace, priority=call.priority, grammar_future=grammar,
+            logprobs=lp, namespace=call.namespace if lora is None else lora.namespace(call.namespace),
+            priority=call.priority, grammar_future=grammar, lora=lora,
         )
 
     @staticmethod

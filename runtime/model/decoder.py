@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from sprig.kernels.activation import gelu_tanh_and_mul
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.kernels.kv_quant import rotates_keys
+from sprig.kernels.lora import LoraBatch
 from sprig.kernels.norm import residual_dtype, rms_norm_fp32_scale
 from sprig.runtime.model.config import ModelConfig, RopeConfig
 from sprig.runtime.model.families import Activation, NormKind, Residual
@@ -44,6 +46,13 @@ class ForwardBatch:
     out_slots: torch.Tensor  # int64 [T]: pool slot receiving each token's K/V
     attn: AttentionMetadata
     logits_rows: torch.Tensor | None  # int64 [R]: rows whose next-token logits are wanted; None: every row
+    lora: LoraBatch | None = None  # each token's adapter slot (None: the base model for every token)
+
+
+class AdapterPool(Protocol):
+    """What a forward tells the LoRA adapter pool (`lora_pool.LoraPool`): which adapter each token uses."""
+
+    def bind(self, batch: LoraBatch | None) -> None: ...
 
 
 class RMSNorm(nn.Module):
@@ -331,6 +340,7 @@ class CausalLM(nn.Module):
         self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
+        self.lora_pool: AdapterPool | None = None  # LoRA adapters' slots, attached after loading (`lora_pool.py`)
         self.register_buffer("cos_sin_cache", None, persistent=False)
         self.register_buffer("local_cos_sin_cache", None, persistent=False)  # Gemma 3's sliding layers' table
         self.build_rope_tables()
@@ -379,6 +389,8 @@ class CausalLM(nn.Module):
         A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
         output and residual, both, so the split is exact; in `residual_dtype`); a stage before the last returns its
         own instead of logits."""
+        if self.lora_pool is not None:
+            self.lora_pool.bind(batch.lora)
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
         else:  # both travel in the residual stream's dtype (fp32: the cast of x back is exact)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.lora import LoraBatch
 from sprig.runtime.model.cpu_graph import CpuGraph, GraphCaptureError, capture
 from sprig.runtime.model.decoder import CausalLM, ForwardBatch
 from sprig.runtime.model.kv_pool import KVPool
@@ -39,6 +40,7 @@ class SeqInput:
     prefix_len: int
     pages: Sequence[int]  # page table covering prefix_len + len(token_ids) tokens
     all_logits: bool = False  # logits for every new token (prompt logprobs), not just the last
+    lora_slot: int = -1  # the adapter pool slot its tokens use (-1: the base model)
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,14 @@ class ModelRunner:
         row_start: list[int] = []
         row_count: list[int] = []
         page_tables: list[torch.Tensor] = []
+        lora_slots: list[int] = []
         t = 0
         for seq in seqs:
             n = len(seq.token_ids)
             if n == 0:
                 raise ValueError("a sequence in a step must add at least one token")
             ids.extend(seq.token_ids)
+            lora_slots.extend([seq.lora_slot] * n)
             pages = seq.pages
             span = range(seq.prefix_len, seq.prefix_len + n)
             positions.extend(span)
@@ -121,6 +125,7 @@ class ModelRunner:
             attn=attn.to(dev),
             # Ascending rows, so as many as there are tokens is every row: no gather (every row of a decode step)
             logits_rows=None if len(logits_rows) == t else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+            lora=LoraBatch.build(lora_slots, dev) if any(s.lora_slot >= 0 for s in seqs) else None,
         )
         return batch, row_start, row_count
 
@@ -170,6 +175,11 @@ class DecodeGraphRunner:
         self.mask = torch.zeros(b, 1, 1, self.max_pages * pool.page_size, dtype=torch.bool, device=dev)
         self.lens = torch.ones(b, dtype=torch.int64, device=dev)
         self.rows = torch.arange(b, device=dev)
+        # Each row's adapter slot (-1: none), bound on every step when the model has an adapter pool, so a graph
+        # captured without adapters still replays their products.
+        self.lora_slots = torch.full((b,), -1, dtype=torch.int64, device=dev) if model.lora_pool is not None \
+            else None
+        self.lora_segments: tuple[tuple[int, int, int], ...] = ()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.cpu_graphs: dict[int, CpuGraph] = {}
@@ -194,7 +204,8 @@ class DecodeGraphRunner:
     def _batch(self, b: int) -> ForwardBatch:
         meta = AttentionMetadata(self.page_size, self.rows[:b], self.pages[:b], self.mask[:b], (),
                                  decode_lens=self.lens[:b])
-        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None)
+        lora = None if self.lora_slots is None else LoraBatch(self.lora_slots[:b], self.lora_segments)
+        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None, lora)
 
     def _fill(self, seqs: Sequence, b: int, with_mask: bool = True) -> None:
         """Copy this step's inputs into the static buffers; rows past len(seqs) become harmless padding. The mask
@@ -213,6 +224,10 @@ class DecodeGraphRunner:
             slots[i] = s.pages[s.prefix_len // p] * p + s.prefix_len % p
         lens[: len(seqs)] = pos[: len(seqs)] + 1
         nb = self.device.type == "cuda"
+        if self.lora_slots is not None:
+            slots_of = [s.lora_slot for s in seqs] + [-1] * (b - len(seqs))
+            self.lora_segments = LoraBatch.build(slots_of).segments
+            self.lora_slots[:b].copy_(torch.tensor(slots_of, dtype=torch.int64), non_blocking=nb)
         for buf, values in ((self.input_ids, ids), (self.positions, pos), (self.out_slots, slots),
                             (self.pages, pages), (self.lens, lens)):
             buf[:b].copy_(torch.from_numpy(values), non_blocking=nb)
