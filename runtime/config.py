@@ -237,6 +237,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     scheduling = parser.add_argument_group("scheduling")
     grammar = parser.add_argument_group("structured output")
     speculative = parser.add_argument_group("speculative decoding")
+    lora = parser.add_argument_group("LoRA adapters")
     parallelism = parser.add_argument_group("parallelism and threads")
     model.add_argument("--model", "--model-path", dest="model_path", default=None,
                        help="Hugging Face checkpoint folder, GGUF file, or 'demo' (the built-in random-weight "
@@ -318,9 +319,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                              help="longest suffix n-gram the ngram proposer looks up (longer matches are tried first)")
     speculative.add_argument("--speculative-disable-adaptive", action="store_true",
                              help="always propose the full number of draft tokens (no back-off on rejections)")
-    lora = parser.add_argument_group("LoRA adapters")
     lora.add_argument("--lora-paths", nargs="+", default=None, metavar="NAME=DIR",
-                      help="PEFT adapter folders (adapter_config.json + adapter_model.safetensors) served by name")
+                      help="PEFT adapter folders (adapter_config.json + adapter_model.safetensors) served by name "
+                           "(default: none)")
     lora.add_argument("--enable-lora", action="store_true",
                       help="serve adapters loaded at run time (POST /load_lora_adapter) even with no --lora-paths")
     lora.add_argument("--max-loras-per-batch", type=int, default=d.max_loras_per_batch,

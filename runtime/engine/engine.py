@@ -36,6 +36,7 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.lora_control import LoraControl
 from sprig.runtime.engine.lora_manager import resolve_adapter
 from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.overlap import OverlapLoop
@@ -94,6 +95,7 @@ class Engine:
         self.core, self.loop = built.result()  # re-raises a load error (a CheckpointError) here, in this thread
         self.tokenizer = self.core.tokenizer
         self.model_config = self.core.model_config
+        self.lora = LoraControl(self.core.lora, self._call)  # run-time adapter loads and unloads
 
     # --- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Engine:

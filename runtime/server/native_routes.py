@@ -66,6 +66,7 @@ class GenerateRequest(StrictModel):
     rid: str | None = Field(None, max_length=128)
     timeout: float | None = None
     priority: int | None = None  # higher is scheduled first (SGLang's field)
+    lora_path: str | list[str | None] | None = None  # a LoRA adapter by name, or one (or null) per prompt
 
 
 def _is_batch(req: GenerateRequest) -> bool:
@@ -115,7 +116,8 @@ def server_call(req: GenerateRequest, params: Any, rid: str) -> ServerCall:
     """The engine call of a /generate request (worker thread: `SamplingParams.from_dict` runs here)."""
     request = generate_request(req.text, params, req.input_ids, bool(req.return_logprob),
                                -1 if req.logprob_start_len is None else req.logprob_start_len,
-                               req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text")
+                               req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text",
+                               lora_path=req.lora_path)
     return ServerCall(request, req.timeout)
 
 
