@@ -5,18 +5,29 @@ graph (`runtime/model/cpu_graph.py`) records and replays it."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sprig.kernels import lora
-from sprig.kernels.cpu_gemm import vec_isa
+from sprig.kernels.cpu_gemm import VecIsa, isa_cap
 from sprig.kernels.cpu_native import DTYPE_CODES, native_kernels
 from sprig.kernels.lora import LoraBatch
 
 
+@functools.cache
+def built_isa() -> VecIsa | None:
+    """The best code path of this build (asked once: a call into the library while a CPU graph records would be
+    recorded, and refused)."""
+    lib = native_kernels()
+    return None if lib is None else VecIsa(lib.vec_gemm_best_isa())
+
+
 def lora_isa() -> int | None:
-    """The C kernel's code path here (`VecIsa`'s: AVX512_BF16 runs the AVX-512 one), or None where it cannot run."""
-    isa = vec_isa()
-    return None if isa is None else int(isa)
+    """The C kernel's code path here (`VecIsa`'s, capped by SPRIG_CPU_ISA; AVX512_BF16 runs the AVX-512 one), or
+    None where it cannot run."""
+    best, cap = built_isa(), isa_cap()
+    return None if best is None or cap is None else int(min(best, cap))
 
 
 def lora_add_(y: torch.Tensor, x: torch.Tensor, a_t: torch.Tensor, b_t: torch.Tensor, ranks: torch.Tensor,

@@ -188,3 +188,22 @@ def test_engine_refuses_an_unknown_adapter_with_a_404_error(base, adapters):
     assert info.value.kind is LoraErrorKind.NOT_FOUND
     with Engine(str(base), **OPTIONS) as engine, pytest.raises(LoraError, match="serves no LoRA adapters"):
         engine.generate(input_ids=PROMPT, sampling_params=GREEDY, lora_path="r8-attn")
+
+
+def test_cpu_decode_graph_captured_without_adapters_replays_them(base, adapters):
+    """bf16 on the C kernels: a decode graph recorded by a base-only step runs the adapters' products later, giving
+    the eager tokens (the LoRA kernel is called on every step, with each row's slot in a static buffer)."""
+    prompts = [PROMPT] * 3
+    outs = []
+    for graphs in (True, False):
+        with Engine(str(base), lora_paths=lora_paths(adapters, ["r8-all", "r64-attn"]), dtype="bfloat16",
+                    num_threads=1, max_total_tokens=2048, disable_cuda_graph=not graphs) as engine:
+            engine.generate(input_ids=prompts, sampling_params=GREEDY)  # captures the size-4 graph, no adapters
+            out = engine.generate(input_ids=prompts, sampling_params=GREEDY, lora_path=["r8-all", "r64-attn", None])
+            outs.append([r["output_ids"] for r in out])
+            runner = engine.core.runner.graph_runner
+            if graphs and engine.core.model.ops.name == "cpu":
+                assert runner is not None and runner.capture_error is None
+                assert any("lora_apply" in g.names for g in runner.cpu_graphs.values())
+    assert outs[0] == outs[1]
+    assert len({tuple(o) for o in outs[0]}) == 3

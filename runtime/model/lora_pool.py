@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from sprig.kernels.backend import KernelSet
+from sprig.kernels.cpu_lora import built_isa
 from sprig.kernels.lora import LoraBatch
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.model.decoder import MLP, CausalLM, DecoderLayer
@@ -72,6 +73,7 @@ class LoraPool:
         self.ranks = torch.zeros(num_slots, dtype=torch.int64, device=self.device)
         self.batch: LoraBatch | None = None
         self.parts: dict[tuple[int, str], LoraPart] = {}
+        built_isa()  # asked now, outside any forward a CPU graph records
         self._attach(model)
 
     @property
