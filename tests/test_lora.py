@@ -207,3 +207,34 @@ def test_cpu_decode_graph_captured_without_adapters_replays_them(base, adapters)
                 assert any("lora_apply" in g.names for g in runner.cpu_graphs.values())
     assert outs[0] == outs[1]
     assert len({tuple(o) for o in outs[0]}) == 3
+
+
+def test_lru_slots_never_evict_an_adapter_in_use(base, adapters):
+    """Two slots, three adapters: a pinned adapter keeps its slot, an idle one is evicted least recently used first,
+    a request finding every slot pinned waits (pin is False) and loses nothing."""
+    from sprig.runtime.engine.lora_manager import LoraManager
+    from sprig.runtime.engine.request import Request
+    from sprig.runtime.model.loader import load_model
+    from sprig.runtime.model.lora_pool import LoraPool
+
+    model = load_model(base, "float32")
+    manager = LoraManager(LoraPool(model, 2, 64, frozenset(MODULES)), model.cfg)
+    for name in ("r8-all", "r16-all", "r8-attn"):
+        manager.register(manager.read(name, str(adapters[name][0]), confine=False))
+
+    def request(name: str) -> Request:
+        req = Request.__new__(Request)  # only the adapter fields matter to the manager
+        req.lora, req.lora_slot, req.lora_held = manager.resolve(name), -1, False
+        assert manager.hold(req)
+        return req
+
+    a, b, c = request("r8-all"), request("r16-all"), request("r8-attn")
+    assert manager.pin(a) and manager.pin(b) and not manager.pin(c)  # both slots pinned: c waits
+    manager.unpin(b)
+    assert manager.pin(c) and manager.resident() == {"r8-all": a.lora_slot, "r8-attn": c.lora_slot}
+    assert int(manager.pool.ranks[c.lora_slot]) == 8
+    for req in (a, b, c):
+        manager.drop(req)
+    assert manager.resident().keys() == {"r8-all", "r8-attn"}  # idle adapters stay cached in their slots
+    b2 = request("r16-all")
+    assert manager.pin(b2) and "r8-all" not in manager.resident()  # r8-all was used least recently
