@@ -132,7 +132,9 @@ def test_prefixes_are_never_shared_across_adapters(base, adapters):
 @pytest.mark.parametrize("options", [
     {"enable_hierarchical_cache": True, "max_total_tokens": 256, "page_size": 16, "chunked_prefill_size": 64},
     {"speculative_algorithm": "ngram"},
-], ids=["host-tier", "ngram-speculation"])
+    {"enable_overlap_schedule": True, "max_total_tokens": 512, "page_size": 16, "chunked_prefill_size": 64,
+     "max_loras_per_batch": 2},
+], ids=["host-tier", "ngram-speculation", "overlap-two-slots"])
 def test_host_tier_and_speculation_keep_adapter_outputs(base, adapters, reference, options):
     names = MIXED * 3
     with Engine(str(base), lora_paths=lora_paths(adapters, MIXED[:4]), dtype="float32", num_threads=1,
