@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from sprig.kernels import moe
+from sprig.kernels import lora, moe
 
 BACKENDS = ("torch", "triton", "cpu")
 
@@ -48,6 +48,7 @@ class KernelSet:
     apply_token_bitmask_: Callable[..., None]
     uses_decode_split: bool = False  # paged_attention reads AttentionMetadata.decode_split (shared-prefix groups)
     fused_moe: Callable[..., torch.Tensor] = moe.fused_moe  # routing, experts and combine in one call
+    lora_add_: Callable[..., None] = lora.lora_add_  # the segmented LoRA product added to a linear's output
 
 
 def default_backend(device: torch.device | str | None = None) -> str:
@@ -145,13 +146,14 @@ def _triton_kernels() -> KernelSet:
     from sprig.kernels.triton_activation import silu_and_mul
     from sprig.kernels.triton_attention import paged_attention, store_kv
     from sprig.kernels.triton_bitmask import apply_token_bitmask_
+    from sprig.kernels.triton_lora import lora_add_
     from sprig.kernels.triton_moe import fused_moe
     from sprig.kernels.triton_norm import fused_add_rms_norm, rms_norm
     from sprig.kernels.triton_rope import apply_rotary_
 
     return KernelSet(
         "triton", store_kv, paged_attention, rms_norm, fused_add_rms_norm, apply_rotary_, hadamard_rotate_,
-        silu_and_mul, apply_token_bitmask_, fused_moe=fused_moe,
+        silu_and_mul, apply_token_bitmask_, fused_moe=fused_moe, lora_add_=lora_add_,
     )  # fmt: skip
 
 
@@ -159,6 +161,7 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     """Decode attention and the per-layer elementwise ops from sprig's C kernels (`kernels/csrc`), for CPU tensors;
     each falls back to its torch reference for inputs the C kernels do not take."""
     from sprig.kernels import cpu_elementwise as ew
+    from sprig.kernels.cpu_lora import lora_add_
     from sprig.kernels.cpu_native import amx_enabled, native_kernels, paged_attention
 
     if device is not None and torch.device(device).type != "cpu":
@@ -169,6 +172,6 @@ def _cpu_kernels(device: torch.device | str | None) -> KernelSet:
     return replace(
         _torch_kernels(), name="cpu", store_kv=ew.store_kv, paged_attention=paged_attention, rms_norm=ew.rms_norm,
         fused_add_rms_norm=ew.fused_add_rms_norm, apply_rotary_=ew.apply_rotary_,
-        hadamard_rotate_=ew.hadamard_rotate_, silu_and_mul=ew.silu_and_mul,
+        hadamard_rotate_=ew.hadamard_rotate_, silu_and_mul=ew.silu_and_mul, lora_add_=lora_add_,
         uses_decode_split=amx_enabled(),  # the C kernel attends shared-prefix groups on AMX tiles (bf16)
     )

@@ -16,6 +16,8 @@ MAX_DRAFT_TOKENS = 32  # why: bounds the verify row's extra KV and the matcher's
 # flags never imports torch
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "int8", "fp8")
 HICACHE_STORAGE_BACKENDS = ("file",)  # None: host memory
+# The modules a LoRA adapter may target (PEFT's names; sprig's fused qkv_proj / gate_up_proj hold several)
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,14 @@ class EngineConfig:
     speculative_ngram_min_match_window_size: int = 1
     speculative_ngram_max_match_window_size: int = 4
     speculative_disable_adaptive: bool = False  # keep k fixed instead of backing off when drafts are rejected
+    # LoRA adapters (SGLang's names): "NAME=DIR" entries (PEFT folders) served from the start; more can be loaded at
+    # run time from folders under lora_roots. Any of these set turns adapters on.
+    lora_paths: tuple[str, ...] | None = None
+    enable_lora: bool = False  # serve adapters loaded at run time even with no lora_paths
+    max_loras_per_batch: int = 8  # adapter pool slots: distinct adapters in one step at most
+    max_lora_rank: int = 64
+    lora_target_modules: tuple[str, ...] | None = None  # modules adapters may target; None: every linear
+    lora_roots: tuple[str, ...] | None = None  # folders run-time loads may read from; None: no run-time loads
 
     @classmethod
     def from_options(cls, model_path: str | None, options: dict[str, Any]) -> EngineConfig:
@@ -131,6 +141,7 @@ class EngineConfig:
             raise ValueError("enable_overlap_schedule does not combine with enable_hierarchical_cache")
         self._validate_speculative()
         self._validate_hicache()
+        self._validate_lora()
         check_device(self.device)
 
     def _validate_hicache(self) -> None:
@@ -153,6 +164,40 @@ class EngineConfig:
             raise ValueError("enable_hierarchical_cache does not support tp_size > 1 yet")
         if self.pp_size > 1:
             raise ValueError("enable_hierarchical_cache does not support pp_size > 1 yet")
+
+    @property
+    def lora_enabled(self) -> bool:
+        return bool(self.lora_paths) or self.enable_lora or bool(self.lora_roots)
+
+    def lora_adapters(self) -> dict[str, str]:
+        """`lora_paths` as name → folder ("NAME=DIR"; a bare DIR is named after its folder)."""
+        out: dict[str, str] = {}
+        for entry in self.lora_paths or ():
+            name, sep, folder = str(entry).partition("=")
+            if not sep:
+                name, folder = str(entry).rstrip("/").rsplit("/", 1)[-1], str(entry)
+            if not name or not folder or ":" in name:
+                raise ValueError(f"lora_paths entry {entry!r} must be NAME=DIR (a name without ':')")
+            if name in out:
+                raise ValueError(f"lora_paths names {name!r} twice")
+            out[name] = folder
+        return out
+
+    def _validate_lora(self) -> None:
+        if self.max_loras_per_batch < 1:
+            raise ValueError("max_loras_per_batch must be positive")
+        if self.max_lora_rank < 1:
+            raise ValueError("max_lora_rank must be positive")
+        unknown = sorted(set(self.lora_target_modules or ()) - {*LORA_MODULES, "all", "all-linear"})
+        if unknown:
+            raise ValueError(f"lora_target_modules: unknown module(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(LORA_MODULES)} or all-linear")
+        adapters = self.lora_adapters()
+        if self.tp_size > 1 and len(adapters) > self.max_loras_per_batch:
+            raise ValueError(f"with tp_size > 1 every adapter stays in a slot: lora_paths has {len(adapters)}, "
+                             f"max_loras_per_batch is {self.max_loras_per_batch}")
+        if self.lora_enabled and self.pp_size > 1:
+            raise ValueError("LoRA adapters with pp_size > 1 are not supported yet")
 
     def _validate_pipeline(self) -> None:
         """What pipeline parallelism cannot combine with (the layer count is checked against the checkpoint)."""
@@ -205,6 +250,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     scheduling = parser.add_argument_group("scheduling")
     grammar = parser.add_argument_group("structured output")
     speculative = parser.add_argument_group("speculative decoding")
+    lora = parser.add_argument_group("LoRA adapters")
     parallelism = parser.add_argument_group("parallelism and threads")
     model.add_argument("--model", "--model-path", dest="model_path", default=None,
                        help="Hugging Face checkpoint folder, GGUF file, or 'demo' (the built-in random-weight "
@@ -293,6 +339,19 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                              help="longest suffix n-gram the ngram proposer looks up (longer matches are tried first)")
     speculative.add_argument("--speculative-disable-adaptive", action="store_true",
                              help="always propose the full number of draft tokens (no back-off on rejections)")
+    lora.add_argument("--lora-paths", nargs="+", default=None, metavar="NAME=DIR",
+                      help="PEFT adapter folders (adapter_config.json + adapter_model.safetensors) served by name "
+                           "(default: none)")
+    lora.add_argument("--enable-lora", action="store_true",
+                      help="serve adapters loaded at run time (POST /load_lora_adapter) even with no --lora-paths")
+    lora.add_argument("--max-loras-per-batch", type=int, default=d.max_loras_per_batch,
+                      help="adapter pool slots: distinct adapters in one step at most (LRU-evicted when idle)")
+    lora.add_argument("--max-lora-rank", type=int, default=d.max_lora_rank, help="largest adapter rank served")
+    lora.add_argument("--lora-target-modules", nargs="+", default=None, metavar="MODULE",
+                      help=f"modules adapters may target: {', '.join(LORA_MODULES)} or all-linear (default: all)")
+    lora.add_argument("--lora-roots", nargs="+", default=None, metavar="DIR",
+                      help="folders POST /load_lora_adapter may read adapters from (default: none, no run-time "
+                           "loads)")
     parallelism.add_argument("--num-threads", type=int, default=None,
                              help="torch CPU threads (default: torch's choice)")
     parallelism.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")

@@ -135,7 +135,7 @@ def test_serve_help_groups_its_flags_by_concern_and_ends_with_examples():
     serve = dict(_all_parsers(build_parser(), "sprig"))["sprig serve"]
     groups = [g.title for g in serve._action_groups if g._group_actions]
     assert groups == ["options", "model", "memory and KV cache", "scheduling", "structured output",
-                      "speculative decoding", "parallelism and threads", "server", "router (data parallelism)"]
+                      "speculative decoding", "LoRA adapters", "parallelism and threads", "server", "router (data parallelism)"]
     ungrouped = [a.option_strings[0] for g in serve._action_groups if g.title == "options" for a in g._group_actions]
     assert sorted(ungrouped) == ["--debug", "--log-level", "-h"]  # only the global flags stay outside a group
     text = serve.format_help()

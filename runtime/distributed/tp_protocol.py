@@ -1,7 +1,7 @@
 """What rank 0 tells the other tensor-parallel ranks each step, as two int64 broadcasts.
 
 A message is a header `[command, payload length]` and, for a step, a payload that lists each sequence as
-`[new tokens, prefix length, pages, all_logits, token ids..., page ids...]` after the sequence count. Every rank
+`[new tokens, prefix length, pages, all_logits, LoRA slot, token ids..., page ids...]` after the sequence count. Every rank
 decodes the same `SeqInput`s rank 0 scheduled and builds the same `ForwardBatch` from them, so only token ids and
 page tables travel, never tensors of the model's width.
 """
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from sprig.runtime.model.parallel import TPContext
 from sprig.runtime.model.runner import SeqInput
 
-SEQ_FIELDS = 4  # new tokens, prefix length, pages, all_logits
+SEQ_FIELDS = 5  # new tokens, prefix length, pages, all_logits, LoRA slot
 
 
 class Command(IntEnum):
@@ -33,7 +33,7 @@ def encode_step(seqs: Sequence[SeqInput]) -> torch.Tensor:
     """Flatten a step's sequences into one int64 tensor."""
     flat: list[int] = [len(seqs)]
     for s in seqs:
-        flat += [len(s.token_ids), s.prefix_len, len(s.pages), int(s.all_logits)]
+        flat += [len(s.token_ids), s.prefix_len, len(s.pages), int(s.all_logits), s.lora_slot]
         flat += s.token_ids
         flat += s.pages
     return torch.tensor(flat, dtype=torch.int64)
@@ -45,12 +45,12 @@ def decode_step(payload: torch.Tensor) -> list[SeqInput]:
     seqs: list[SeqInput] = []
     pos = 1
     for _ in range(flat[0]):
-        n, prefix, n_pages, all_logits = flat[pos : pos + SEQ_FIELDS]
+        n, prefix, n_pages, all_logits, lora_slot = flat[pos : pos + SEQ_FIELDS]
         pos += SEQ_FIELDS
         ids = flat[pos : pos + n]
         pages = flat[pos + n : pos + n + n_pages]
         pos += n + n_pages
-        seqs.append(SeqInput(ids, prefix, pages, all_logits=bool(all_logits)))
+        seqs.append(SeqInput(ids, prefix, pages, all_logits=bool(all_logits), lora_slot=lora_slot))
     return seqs
 
 

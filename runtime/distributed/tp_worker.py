@@ -37,6 +37,7 @@ from sprig.runtime.model.config import load_model_config
 from sprig.runtime.model.decoder import CausalLM
 from sprig.runtime.model.kv_pool import KVPool, PoolSize, choose_pool_size
 from sprig.runtime.model.loader import load_model, resolve_dtype
+from sprig.runtime.model.lora_pool import attach_lora_pool
 from sprig.runtime.model.parallel import TPContext, pipeline_stage
 from sprig.runtime.model.runner import ModelRunner
 
@@ -70,6 +71,8 @@ def build_shard(spec: RankSpec, tp: TPContext) -> tuple[CausalLM, KVPool]:
     stage = pipeline_stage(model_cfg, cfg.pp_size, spec.stage) if cfg.pp_size > 1 else None
     model = load_model(spec.model_path, cfg.dtype, cfg.quantization, spec.device, cfg.attention_backend, tp=tp,
                        stage=stage)
+    if cfg.lora_enabled:  # every rank holds its shard of every adapter, in the same slots
+        attach_lora_pool(model, cfg, preload=True)
     dtype = resolve_dtype(cfg.dtype, model_cfg)
     kv_dtype = KVCacheDtype.parse(cfg.kv_cache_dtype)
     size = choose_pool_size(model.layer_cfg, dtype, cfg.page_size, cfg.max_total_tokens, cfg.mem_fraction,

@@ -15,6 +15,7 @@ from sprig.runtime.distributed.tp_group import TPGroup
 from sprig.runtime.engine.constraints import ConstraintService, MaskFiller, PendingMasks, advance_grammar
 from sprig.runtime.engine.host_tier import HiCacheCounters, build_host_tier
 from sprig.runtime.engine.kv_cache import KVCacheManager
+from sprig.runtime.engine.lora_manager import LoraManager, build_lora_manager
 from sprig.runtime.engine.output_text import FinishReason, FinishType
 from sprig.runtime.engine.prompt_logprobs import record_prompt_logprobs
 from sprig.runtime.engine.request import Logprob, Request, RequestStatus
@@ -104,6 +105,7 @@ class EngineCore:
         self.tree = RadixCache(page_size=config.page_size, disable=config.disable_radix_cache) if host is None \
             else HiRadixCache(host, page_size=config.page_size)
         self.kv = KVCacheManager(self.pool, self.tree, host, config.hicache_swap_min_tokens, self.hicache)
+        self.lora: LoraManager | None = build_lora_manager(config, self.model) if config.lora_enabled else None
         self.scheduler = Scheduler(self.kv, SchedulerConfig(
             max_running_requests=config.max_running_requests,
             chunked_prefill_size=config.chunked_prefill_size,
@@ -111,7 +113,7 @@ class EngineCore:
             mixed_chunk=not config.disable_mixed_chunk,
             init_new_token_ratio=0.7 * config.schedule_conservativeness,
             min_new_token_ratio=0.15 * config.schedule_conservativeness,
-        ))
+        ), adapters=self.lora)
         self.runner = ModelRunner(self.model, self.pool) if self.tp is None else self.tp.runner()
         self.graphs_off = self._enable_decode_graphs(config)
         self.sampler = Sampler(seed=config.random_seed, device=config.device)
@@ -152,6 +154,12 @@ class EngineCore:
 
     # --- requests --------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
+        if self.lora is not None and not self.lora.hold(req):
+            assert req.lora is not None  # only an adapter's request can miss it
+            req.abort(f"adapter {req.lora.name} was unloaded")
+            if req.on_update is not None:
+                req.on_update(req, True)
+            return
         self.requests[req.rid] = req
         if self.spec is not None:
             self.spec.track(req)
@@ -221,14 +229,14 @@ class EngineCore:
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
         return SeqInput(ids, req.kv_len, req.pages, all_logits=self._wants_prompt_logprobs(s),
-                        sliding_pages=self.kv.sliding_table(req))
+                        sliding_pages=self.kv.sliding_table(req), lora_slot=req.lora_slot)
 
     def verify_input(self, s: ScheduledSeq, draft: Draft) -> SeqInput:
         """The last token and the drafts after it, every position's logits for verification."""
         req = s.req
         ids = req.fill_ids[req.kv_len : req.kv_len + s.num_tokens]
         return SeqInput(ids + draft.tokens, req.kv_len, req.pages, all_logits=True,
-                        sliding_pages=self.kv.sliding_table(req))
+                        sliding_pages=self.kv.sliding_table(req), lora_slot=req.lora_slot)
 
     def forward(self, seqs: list[SeqInput]) -> StepOutput:
         t1 = time.perf_counter()
@@ -394,6 +402,8 @@ class EngineCore:
         if req.status is not RequestStatus.FINISHED or self.requests.get(req.rid) is not req:
             return
         self.scheduler.remove(req)
+        if self.lora is not None:
+            self.lora.drop(req)
         if self.spec is not None:
             self.spec.release(req)
         self.requests.pop(req.rid, None)

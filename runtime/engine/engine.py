@@ -4,6 +4,7 @@ A background thread runs the step loop of the schedule the core chose (`start_lo
 asyncio loop submit requests through an inbox; each call's requests report back through its own bounded
 `DeltaChannel` (request.py), so callers never touch engine state. The engine sends deltas; the streams here build
 the cumulative dicts on the caller's side.
+Longer than 450 lines: a call's validation into requests (grammar, reasoning, adapter) stays beside the front it serves.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ from sprig.runtime.engine.generate_request import (
     generate_request,
     is_int,
 )
+from sprig.runtime.engine.lora_control import LoraControl
+from sprig.runtime.engine.lora_manager import resolve_adapter
 from sprig.runtime.engine.output_text import IncrementalDetokenizer, StopChecker
 from sprig.runtime.engine.overlap import OverlapLoop
 from sprig.runtime.engine.pipeline import PipelineLoop
 from sprig.runtime.engine.request import (
     DeltaChannel,
     LoopWaker,
+    LoraRef,
     PreparedCall,
     Request,
     StepDelta,
@@ -94,6 +98,7 @@ class Engine:
         self.core, self.loop = built.result()  # re-raises a load error (a CheckpointError) here, in this thread
         self.tokenizer = self.core.tokenizer
         self.model_config = self.core.model_config
+        self.lora = LoraControl(self.core.lora, self._call)  # run-time adapter loads and unloads
 
     # --- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Engine:
@@ -305,8 +310,9 @@ class Engine:
             grammar = self._compile(params, names)
             base = f"{call_id}-{i}" if count > 1 else call.rid
             thinking = starts_thinking(call, params, self.reasoning_format)
+            lora = resolve_adapter(self.core.lora, call.lora_paths[i] if call.lora_paths else None, names.lora)
             for k in range(params.n):
-                reqs.append(self._request(ids, params, k, lp, call, base, grammar))
+                reqs.append(self._request(ids, params, k, lp, call, base, grammar, lora))
                 reqs[-1].thinking = thinking
         return PreparedCall(tuple(reqs), call.batch, names)
 
@@ -316,7 +322,7 @@ class Engine:
         return self.core.grammar.submit(spec) if spec is not None else None
 
     def _request(self, ids: list[int], params: SamplingParams, k: int, lp: LogprobOptions, call: GenerateRequest,
-                 base: str | None, grammar: Future | None) -> Request:
+                 base: str | None, grammar: Future | None, lora: LoraRef | None = None) -> Request:
         if params.n > 1 and params.seed is not None:
             params = SamplingParams.from_dict({**params.to_dict(), "seed": (params.seed + k) % (2**63)})
         rid = base or uuid.uuid4().hex
@@ -327,7 +333,8 @@ class Engine:
             detok=IncrementalDetokenizer(self.tokenizer.hf, ids, params.skip_special_tokens,
                                          params.spaces_between_special_tokens),
             stop=StopChecker(params, self.core.eos_token_ids),
-            logprobs=lp, namespace=call.namespace, priority=call.priority, grammar_future=grammar,
+            logprobs=lp, namespace=call.namespace if lora is None else lora.namespace(call.namespace),
+            priority=call.priority, grammar_future=grammar, lora=lora,
         )
 
     def _attach_matchers(self, call: PreparedCall) -> None:

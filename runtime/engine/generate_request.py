@@ -80,6 +80,7 @@ class FieldNames:
     top_logprobs_num: str = "top_logprobs_num"
     constraint: str | None = None  # the field a constraint came from; None: the sampling parameter's own name
     structures: tuple[str, ...] = ()  # a structural tag's structures as the client named them (tools.i...)
+    lora: str = "lora_path"  # the adapter's field (OpenAI clients name it in `model`)
 
 
 NATIVE_NAMES = FieldNames()
@@ -373,6 +374,7 @@ class GenerateRequest:
     batch: bool = False  # the caller asked with a list (results come back as a list)
     names: FieldNames = NATIVE_NAMES
     require_reasoning: bool = False  # SGLang's name: the output starts inside thinking; a constraint waits for its end
+    lora_paths: tuple[str | None, ...] = ()  # each prompt's LoRA adapter by name (None: the base model); () none
 
     @property
     def num_sequences(self) -> int:
@@ -384,7 +386,8 @@ def generate_request(prompt: str | list[str] | None = None,
                      input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                      logprob_start_len: int = -1, top_logprobs_num: int = 0, namespace: str = "", priority: int = 0,
                      rid: str | None = None, text_field: str = "prompt",
-                     require_reasoning: bool = False) -> GenerateRequest:
+                     require_reasoning: bool = False,
+                     lora_path: str | list[str | None] | None = None) -> GenerateRequest:
     """The dict API's keyword arguments as a `GenerateRequest` (shapes only; `Engine.prepare` validates).
 
     `text_field`: the caller's name of `prompt` (SGLang's /generate calls it `text`); `require_reasoning`: see
@@ -416,4 +419,16 @@ def generate_request(prompt: str | list[str] | None = None,
         params = (SamplingParams.from_dict(sampling_params),) * len(prompts)
     return GenerateRequest(tuple(prompts), params, LogprobOptions(bool(return_logprob), logprob_start_len,
                                                                   top_logprobs_num),
-                           rid, priority, namespace, batch, names, bool(require_reasoning))
+                           rid, priority, namespace, batch, names, bool(require_reasoning),
+                           _lora_paths(lora_path, len(prompts)))
+
+
+def _lora_paths(lora_path: str | list[str | None] | None, count: int) -> tuple[str | None, ...]:
+    """SGLang's `lora_path`: one adapter name for every prompt, or one (or null) per prompt."""
+    if lora_path is None:
+        return ()
+    names = lora_path if isinstance(lora_path, list) else [lora_path] * count
+    if len(names) != count or not all(n is None or isinstance(n, str) for n in names):
+        raise RequestError("lora_path must be an adapter name or a list of one name (or null) per prompt",
+                           param="lora_path")
+    return tuple(names)

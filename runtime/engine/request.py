@@ -40,6 +40,18 @@ Logprob = tuple[float | None, int, list[tuple[float, int]]]  # (logprob, token i
 
 
 @dataclass(frozen=True)
+class LoraRef:
+    """A request's LoRA adapter: its name and which load of that name (a reload is another adapter to the cache)."""
+
+    name: str
+    uid: int
+
+    def namespace(self, tenant: str) -> str:
+        """The radix-cache namespace of a tenant's requests on this adapter: prefixes never cross adapters."""
+        return f"{tenant}\x1flora:{self.name}#{self.uid}"
+
+
+@dataclass(frozen=True)
 class Admission:
     """What a request's first admission found cached (reported in its meta_info)."""
 
@@ -86,6 +98,9 @@ class Request:
     reported_output_logprobs: int = 0
     reported_input_logprobs: int = 0
     spec: SpecTally | None = None  # the speculator's figures of this request (None: the engine does not speculate)
+    lora: LoraRef | None = None  # its adapter (None: the base model); `namespace` includes it
+    lora_slot: int = -1  # the pool slot its adapter sits in while it runs (`LoraManager.pin`)
+    lora_held: bool = False  # counted among its adapter's holders (`LoraManager.hold`)
     # The waiting queue's last prefix match: (tree version, fill length, matched tokens).
     prefix_memo: tuple[int, int, int] = (-1, -1, 0)
     fill_ids: list[int] = field(init=False)  # prompt + output as one list, grown by `append_output`

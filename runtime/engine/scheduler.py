@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 import numpy as np
 
@@ -55,10 +56,19 @@ class ScheduledSeq:
         return self.req.kv_len + self.num_tokens == self.req.num_fill
 
 
+class AdapterSlots(Protocol):
+    """The LoRA adapter pool's gate (`lora_manager.LoraManager`): a running request pins its adapter's slot."""
+
+    def pin(self, req: Request) -> bool: ...
+
+    def unpin(self, req: Request) -> None: ...
+
+
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, config: SchedulerConfig) -> None:
+    def __init__(self, kv: KVCacheManager, config: SchedulerConfig, adapters: AdapterSlots | None = None) -> None:
         self.kv = kv
         self.config = config
+        self.adapters = adapters
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.new_token_ratio = config.init_new_token_ratio
@@ -78,6 +88,7 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self._unpin(req)
         self.kv.release(req, cache=req.kv_len > 0)
 
     # --- one step --------------------------------------------------------------------------------------
@@ -136,6 +147,7 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         """Retract a running request: free its KV (cached or swapped where possible) and queue it to resume first."""
         self.running.remove(req)
+        self._unpin(req)
         mode = self.kv.preempt(req)
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
@@ -143,6 +155,10 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.new_token_ratio = self.config.init_new_token_ratio
         logger.debug("preempted %s after %d output tokens (%s)", req.rid, len(req.output_ids), mode.value)
+
+    def _unpin(self, req: Request) -> None:
+        if self.adapters is not None:
+            self.adapters.unpin(req)
 
     # --- admission -------------------------------------------------------------------------------------
     def _future_tokens(self, req: Request) -> int:
@@ -182,14 +198,18 @@ class Scheduler:
                 break
             if req in coming:
                 continue  # preempted while its step was in flight: its last token is not known yet
+            if self.adapters is not None and not self.adapters.pin(req):
+                continue  # every adapter slot is pinned by running requests of other adapters
             hit = self.kv.match(req, self._match_limit(req))
             uncached = req.fill_ids[req.kv_len :]
             if len(in_batch.match_prefix(uncached, namespace=req.namespace).slots) >= INBATCH_SHARE_MIN:
+                self._unpin(req)
                 self.kv.release(req, cache=False)  # next step it will find that prefix in the tree
                 continue
             need = len(uncached) + self._future_tokens(req)
             n = min(len(uncached), budget)
             if need > self.kv.available_tokens - reserved or not self.kv.ensure_capacity(req, req.kv_len + n):
+                self._unpin(req)
                 self.kv.release(req, cache=False)
                 break
             in_batch.insert(uncached, np.zeros(len(uncached), dtype=np.int64), namespace=req.namespace)

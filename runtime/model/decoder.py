@@ -7,12 +7,14 @@ gate/up projections are fused (one matmul each) and filled slice by slice from t
 `ModelConfig.parts` (`families.py`) selects the other families' variants: LayerNorm, norms after attention and MLP,
 (1 + w) norms in fp32, GeGLU or a plain GELU MLP, parallel residuals, partial rotary, biases, scaled embeddings,
 soft-capped scores and logits, per-layer sliding windows and rope tables, and Granite's multipliers.
+Longer than 450 lines: the one decoder of every family, with the batch it reads (sliding region, adapters).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +24,7 @@ from sprig.kernels.activation import gelu_tanh_and_mul
 from sprig.kernels.attention import AttentionMetadata
 from sprig.kernels.backend import KernelSet, get_kernels
 from sprig.kernels.kv_quant import rotates_keys
+from sprig.kernels.lora import LoraBatch
 from sprig.kernels.norm import residual_dtype, rms_norm_fp32_scale
 from sprig.runtime.model.config import ModelConfig, RopeConfig
 from sprig.runtime.model.families import Activation, NormKind, Residual
@@ -45,6 +48,7 @@ class ForwardBatch:
     attn: AttentionMetadata
     logits_rows: torch.Tensor | None  # int64 [R]: rows whose next-token logits are wanted; None: every row
     sliding: SlidingInputs | None = None  # where sliding layers' K/V go, when they have their own pool region
+    lora: LoraBatch | None = None  # each token's adapter slot (None: the base model for every token)
 
     def kv_inputs(self, sliding_layer: bool) -> tuple[torch.Tensor, AttentionMetadata]:
         """The output slots and attention layout a layer reads: the sliding region's for a sliding layer when
@@ -60,6 +64,12 @@ class SlidingInputs:
 
     out_slots: torch.Tensor  # int64 [T]
     attn: AttentionMetadata
+
+
+class AdapterPool(Protocol):
+    """What a forward tells the LoRA adapter pool (`lora_pool.LoraPool`): which adapter each token uses."""
+
+    def bind(self, batch: LoraBatch | None) -> None: ...
 
 
 class RMSNorm(nn.Module):
@@ -348,6 +358,7 @@ class CausalLM(nn.Module):
         self.tie_lm_head()
         self.linear_kernels = "torch"  # which kernels run the linears, for the start-up log (set by the loader)
         self.graph_blocker: str | None = "not loaded"  # why CPU graphs cannot replay it (set by the loader)
+        self.lora_pool: AdapterPool | None = None  # LoRA adapters' slots, attached after loading (`lora_pool.py`)
         self.register_buffer("cos_sin_cache", None, persistent=False)
         self.register_buffer("local_cos_sin_cache", None, persistent=False)  # Gemma 3's sliding layers' table
         self.build_rope_tables()
@@ -396,6 +407,8 @@ class CausalLM(nn.Module):
         A pipeline stage after the first takes the previous stage's `hidden` [2, T, hidden] (the layers' running
         output and residual, both, so the split is exact; in `residual_dtype`); a stage before the last returns its
         own instead of logits."""
+        if self.lora_pool is not None:
+            self.lora_pool.bind(batch.lora)
         if hidden is None:
             x, residual = self._embed(batch.input_ids), None
         else:  # both travel in the residual stream's dtype (fp32: the cast of x back is exact)

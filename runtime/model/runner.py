@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from sprig.kernels.attention import AttentionMetadata
+from sprig.kernels.lora import LoraBatch
 from sprig.runtime.model.cpu_graph import CpuGraph, GraphCaptureError, capture
 from sprig.runtime.model.decoder import CausalLM, ForwardBatch, SlidingInputs
 from sprig.runtime.model.kv_pool import KVPool
@@ -42,6 +43,7 @@ class SeqInput:
     # The sliding region's page table (`kv_pool.py`), taken when the step was made: the overlap schedule plans the
     # next step, which may release sliding pages, while this one builds its batch. None: mapped from `pages` now.
     sliding_pages: np.ndarray | None = None
+    lora_slot: int = -1  # the adapter pool slot its tokens use (-1: the base model)
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,14 @@ class ModelRunner:
         row_start: list[int] = []
         row_count: list[int] = []
         page_tables: list[torch.Tensor] = []
+        lora_slots: list[int] = []
         t = 0
         for seq in seqs:
             n = len(seq.token_ids)
             if n == 0:
                 raise ValueError("a sequence in a step must add at least one token")
             ids.extend(seq.token_ids)
+            lora_slots.extend([seq.lora_slot] * n)
             pages = seq.pages
             span = range(seq.prefix_len, seq.prefix_len + n)
             positions.extend(span)
@@ -125,6 +129,7 @@ class ModelRunner:
             # Ascending rows, so as many as there are tokens is every row: no gather (every row of a decode step)
             logits_rows=None if len(logits_rows) == t else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
             sliding=self._sliding_inputs(seqs, slots, page_tables),
+            lora=LoraBatch.build(lora_slots, dev) if any(s.lora_slot >= 0 for s in seqs) else None,
         )
         return batch, row_start, row_count
 
@@ -202,6 +207,11 @@ class DecodeGraphRunner:
             scratch = self.sliding.scratch_page
             self.sliding_pages = torch.full_like(self.pages, scratch)
             self.sliding_slots = torch.full_like(self.out_slots, scratch * pool.page_size)
+        # Each row's adapter slot (-1: none), bound on every step when the model has an adapter pool, so a graph
+        # captured without adapters still replays their products.
+        self.lora_slots = torch.full((b,), -1, dtype=torch.int64, device=dev) if model.lora_pool is not None \
+            else None
+        self.lora_segments: tuple[tuple[int, int, int], ...] = ()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.cpu_graphs: dict[int, CpuGraph] = {}
@@ -230,7 +240,8 @@ class DecodeGraphRunner:
         if self.sliding_pages is not None and self.sliding_slots is not None:
             sliding = SlidingInputs(self.sliding_slots[:b], AttentionMetadata(
                 self.page_size, self.rows[:b], self.sliding_pages[:b], self.mask[:b], (), decode_lens=self.lens[:b]))
-        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None, sliding)
+        lora = None if self.lora_slots is None else LoraBatch(self.lora_slots[:b], self.lora_segments)
+        return ForwardBatch(self.input_ids[:b], self.positions[:b], self.out_slots[:b], meta, None, sliding, lora)
 
     def _fill(self, seqs: Sequence, b: int, with_mask: bool = True) -> None:
         """Copy this step's inputs into the static buffers; rows past len(seqs) become harmless padding. The mask
@@ -259,6 +270,10 @@ class DecodeGraphRunner:
                 spages[i, : len(table)] = table
                 sslots[i] = table[s.prefix_len // p] * p + s.prefix_len % p
             fills += [(self.sliding_pages, spages), (self.sliding_slots, sslots)]
+        if self.lora_slots is not None:
+            slots_of = [s.lora_slot for s in seqs] + [-1] * (b - len(seqs))
+            self.lora_segments = LoraBatch.build(slots_of).segments
+            self.lora_slots[:b].copy_(torch.tensor(slots_of, dtype=torch.int64), non_blocking=nb)
         for buf, values in fills:
             buf[:b].copy_(torch.from_numpy(values), non_blocking=nb)
         if with_mask:

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from sprig.runtime.errors import USER_ERRORS, describe
 from sprig.runtime.server.auth import Authenticator
 from sprig.runtime.server.http_common import APIError, ErrorType, install_error_handlers, json_response
+from sprig.runtime.server.lora_routes import LoadLoraAdapterRequest, UnloadLoraAdapterRequest, lora_router
 from sprig.runtime.server.native_routes import GenerateRequest, native_router
 from sprig.runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from sprig.runtime.server.openai_routes import openai_router
@@ -30,7 +31,7 @@ from sprig.runtime.server.state import Health, ServerSettings, ServerState, get_
 
 logger = logging.getLogger(__name__)
 
-BODY_MODELS = (CompletionRequest, ChatCompletionRequest, GenerateRequest)
+BODY_MODELS = (CompletionRequest, ChatCompletionRequest, GenerateRequest, LoadLoraAdapterRequest, UnloadLoraAdapterRequest)
 EngineFactory = Callable[[], Any]
 
 
@@ -136,6 +137,7 @@ def create_app(settings: ServerSettings, auth: Authenticator | None = None, engi
     protected = APIRouter(dependencies=[Depends(authenticate)])
     protected.include_router(openai_router())
     protected.include_router(native_router())
+    protected.include_router(lora_router())
 
     @protected.get("/openapi.json", include_in_schema=False)
     async def openapi_json() -> Response:

@@ -97,6 +97,9 @@ def from_value_error(error: ValueError) -> APIError:
     code = getattr(error, "code", None) or "invalid_request"
     if code == "queue_full":
         return APIError(503, message, ErrorType.UNAVAILABLE, None, code, {"Retry-After": "1"})
+    if code in _LORA_STATUS:  # runtime/model/lora_adapter.LoraError: an unknown adapter, a path outside the roots
+        status = _LORA_STATUS[code]
+        return APIError(status, message, _STATUS_TYPES[status], param, code)
     return bad_request(message, param, str(code))
 
 
@@ -127,6 +130,7 @@ def from_validation_error(error: ValidationError | RequestValidationError) -> AP
     return bad_request("; ".join(shown) + more, param, "invalid_type")
 
 
+_LORA_STATUS = {"lora_not_found": 404, "lora_forbidden": 403}
 _STATUS_TYPES = {401: ErrorType.AUTHENTICATION, 403: ErrorType.PERMISSION, 404: ErrorType.NOT_FOUND,
                  408: ErrorType.TIMEOUT, 429: ErrorType.RATE_LIMIT, 503: ErrorType.UNAVAILABLE}
 

@@ -73,6 +73,7 @@ class GenerateRequest(StrictModel):
     # constraint waits for its end); `separate_reasoning` splits each text into `text` and `reasoning_text`
     require_reasoning: bool | None = False
     separate_reasoning: bool | None = False
+    lora_path: str | list[str | None] | None = None  # a LoRA adapter by name, or one (or null) per prompt
 
 
 def _is_batch(req: GenerateRequest) -> bool:
@@ -123,7 +124,8 @@ def server_call(req: GenerateRequest, params: Any, rid: str) -> ServerCall:
     request = generate_request(req.text, params, req.input_ids, bool(req.return_logprob),
                                -1 if req.logprob_start_len is None else req.logprob_start_len,
                                req.top_logprobs_num or 0, priority=req.priority or 0, rid=rid, text_field="text",
-                               require_reasoning=bool(req.require_reasoning))
+                               require_reasoning=bool(req.require_reasoning),
+                               lora_path=req.lora_path)
     return ServerCall(request, req.timeout)
 
 

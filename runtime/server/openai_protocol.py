@@ -351,6 +351,7 @@ class ModelCard:
     max_model_len: int
     object: str = "model"
     owned_by: str = "sprig"
+    parent: str | None = None  # a LoRA adapter's base model
 
 
 @dataclass(slots=True)

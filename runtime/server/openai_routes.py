@@ -66,7 +66,7 @@ class OpenAIEndpoint:
         state = get_state(request)
         engine = state.ready_engine()
         req = await read_model(request, self.body, state.settings.max_request_bytes)
-        state.check_model(req.model)  # type: ignore[attr-defined]
+        adapter = state.model_adapter(req.model)  # type: ignore[attr-defined]
         sequences = self.check(req, engine, state.settings.max_sequences_per_request)
         ids = ResponseIds(f"{self.id_prefix}-{uuid.uuid4().hex}", state.model_name)
 
@@ -74,7 +74,7 @@ class OpenAIEndpoint:
             planned = self.plan(req, engine, ids.id, state.settings)
             return planned, planned.call
 
-        plan_, run = await start_run(state, tenant_of(request), sequences, self.endpoint, plan)
+        plan_, run = await start_run(state, tenant_of(request), sequences, self.endpoint, plan, adapter)
         texts = state_texts(state)
         if plan_.stream:
             run.fold = False  # why: chunks are cut from the deltas, usage from the metas
@@ -116,19 +116,23 @@ def openai_router() -> APIRouter:
 
     @router.get("/v1/models", response_model=None)
     async def list_models(request: Request) -> Response:
-        """The one model this server serves."""
-        return json_response(ModelList([_card(get_state(request))]))
+        """The model this server serves and its LoRA adapters (their `parent` is the model)."""
+        state = get_state(request)
+        adapters = state.ready_engine().lora.adapters()
+        return json_response(ModelList([_card(state), *(_card(state, n) for n in adapters)]))
 
     @router.get("/v1/models/{model:path}", response_model=None)
     async def get_model(request: Request, model: str) -> Response:
         """One model by id (404 when not served here)."""
         state = get_state(request)
-        state.check_model(model)
-        return json_response(_card(state))
+        return json_response(_card(state, state.model_adapter(model)))
 
     return router
 
 
-def _card(state: ServerState) -> ModelCard:
+def _card(state: ServerState, adapter: str | None = None) -> ModelCard:
     engine = state.ready_engine()
+    if adapter is not None:
+        root = engine.lora.adapters().get(adapter, "")
+        return ModelCard(adapter, int(state.started), root, engine.context_length, parent=state.model_name)
     return ModelCard(state.model_name, int(state.started), engine.model_path, engine.context_length)

@@ -78,14 +78,18 @@ def engine_failure(meta: SequenceMeta) -> APIError | None:
 
 
 async def start_run(state: ServerState, tenant: Tenant, sequences: int, endpoint: str,
-                    plan: Callable[[], tuple[P, ServerCall]]) -> tuple[P, GenerationRun]:
-    """Admit (before any tokenizing), plan and validate in one worker-thread call, submit."""
+                    plan: Callable[[], tuple[P, ServerCall]], lora: str | None = None) -> tuple[P, GenerationRun]:
+    """Admit (before any tokenizing), plan and validate in one worker-thread call, submit; `lora`: every prompt's
+    LoRA adapter (an OpenAI request's `model`)."""
     ticket = state.admit(tenant, sequences, endpoint)
     engine = state.ready_engine()
 
     def plan_and_prepare() -> tuple[P, ServerCall, PreparedCall]:
         planned, call = plan()
         request = dataclasses.replace(call.request, namespace=tenant.namespace)  # why: a tenant's own prefixes
+        if lora is not None:
+            request = dataclasses.replace(request, lora_paths=(lora,) * len(request.prompts),
+                                          names=dataclasses.replace(request.names, lora="model"))
         return planned, call, engine.prepare(request)
 
     try:  # chat template + tokenizing + validation: never on the event loop, one hop

@@ -112,6 +112,17 @@ class ServerState:
         raise APIError(404, f"the model {name[:128]!r} does not exist; this server serves {self.model_name!r}",
                        ErrorType.NOT_FOUND, "model", "model_not_found")
 
+    def model_adapter(self, name: str | None) -> str | None:
+        """The LoRA adapter an OpenAI `model` names: "NAME" (vLLM) or "BASE:NAME"; None for the base model. A name
+        that is neither gets the 404 of `check_model` (an unknown adapter after "BASE:" gets the engine's 404)."""
+        base, sep, adapter = (name or "").rpartition(":")
+        if sep and adapter and base in (self.model_name, self.model_path, "default"):
+            return adapter
+        if name is not None and self.engine is not None and name in self.engine.lora.adapters():
+            return name
+        self.check_model(name)
+        return None
+
     # --- readiness ------------------------------------------------------------------------------------------
     def health(self) -> Health:
         """Liveness from the engine's heartbeat, without a round trip to the engine thread."""
