@@ -55,7 +55,7 @@ def test_triggered_grammar_accepts_text_and_valid_calls(auto, text):
 @pytest.mark.parametrize("text", [
     '<tool_call>\n{"name": "nope", ',  # an undeclared tool
     '<tool_call>\n{"name": "weather", "arguments": {"town": ',  # a key the schema does not have
-    '<tool_call>\n{"name": "count", "arguments": {"n": 0',  # minimum 1
+    '<tool_call>\n{"name": "count", "arguments": {"n": -',  # minimum 1: no number that starts with a minus (0 can: 0.5e1)
     '<tool_call>\n{"name": "count", "arguments": {"n": "3"',  # not an integer
 ])
 def test_after_the_trigger_only_the_schema_is_allowed(auto, text):

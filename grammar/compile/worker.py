@@ -49,7 +49,8 @@ def init_worker(info: TokenizerInfo, backend: Backend = Backend.LLGUIDANCE) -> N
         determinized(format_language(name))  # why: a format with a length is checked for emptiness on these
     for kind in ("digit", "word", "space"):  # why: \D, \W, \S read Unicode's classes once (a scan of every code point)
         shorthand(kind, excluded=True)
-    spellings.warm()  # why: `integer`, `minimum: 0`, int32/int64 ranges recur in most schemas
+    if backend is Backend.LLGUIDANCE:  # why: only its numbers take every spelling; outlines keeps literals
+        spellings.warm()  # why: `integer`, `minimum: 0`, int32/int64 ranges recur in most schemas
     import numpy  # noqa: F401  # why: multipleOf minimizes with it; its import (~0.3 s) is start-up, not a compile
 
     from sprig.grammar.llg import ebnf  # noqa: F401  # why: the first schema or grammar pays no imports
