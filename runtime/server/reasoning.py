@@ -75,7 +75,7 @@ class ReasoningSplitter:
             elif self.phase is _Phase.INSIDE:
                 end = self.held.find(self.fmt.end)
                 if end < 0:
-                    keep = _partial_suffix(self.held, self.fmt.end)
+                    keep = partial_marker_len(self.held, self.fmt.end)
                     thinking.append(self.held[: len(self.held) - keep])
                     self.held = self.held[len(self.held) - keep:]
                     break
@@ -119,8 +119,9 @@ def split_reasoning(plan: ReasoningPlan, text: str) -> tuple[str | None, str]:
     return (thinking + more_thinking if splitter.entered else None), answer + more_answer
 
 
-def _partial_suffix(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that begins `marker` (a marker that may be cut)."""
+def partial_marker_len(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that begins `marker` (a marker a stream may have cut): what to hold
+    back. Shared by the reasoning splitter and the tool-call parser."""
     for k in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-k:]):
             return k

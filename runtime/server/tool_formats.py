@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprig.grammar.structural import Envelope, StructuralTag, Structure, TagMode, ValueSyntax
+from sprig.runtime.server.reasoning import partial_marker_len
 
 HEADER_TAIL = r'\s*\{\s*"name"\s*:\s*"(?P<name>[A-Za-z0-9_\-.]{1,64})"\s*,\s*"(?:arguments|parameters)"\s*:\s*'
 MAX_HEADER_CHARS = 256  # why: text that has not become a call header by then is content
@@ -220,7 +221,7 @@ class CallParser:
     def _text(self, event: CallEvent) -> bool:
         at = self._trigger_at()
         if at < 0:
-            keep = _partial_suffix(self._buf, self.fmt.lead + self.fmt.trigger)
+            keep = partial_marker_len(self._buf, self.fmt.lead + self.fmt.trigger)
             self._emit(event, self._buf[: len(self._buf) - keep])
             self._buf = self._buf[len(self._buf) - keep:]
             return False
@@ -321,13 +322,6 @@ def _may_become(text: str, pattern: re.Pattern[str]) -> bool:
         return False
     probe = text + '"x", "arguments": {}}]</tool_call>'
     return pattern.match(probe) is not None or bool(re.fullmatch(r"[\s{}\[\]\"a-zA-Z0-9_\-.:,<>|/]*", text))
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
 
 
 def _pythonic_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
