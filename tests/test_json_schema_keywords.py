@@ -120,12 +120,6 @@ def test_property_names(compiler, names):
     agrees(compiler, schema, PATTERNED + [{"ab": 1}, {"abc": 1}])
 
 
-def test_property_names_cannot_be_negated_and_say_so(compiler):
-    with pytest.raises(GrammarError) as err:
-        compiler.compile(GrammarSpec.json_schema({"not": {"propertyNames": {"maxLength": 2}}}))
-    assert err.value.code == "unsupported_keyword" and "propertyNames" in err.value.message
-
-
 ARRAYS = [[], [1], [5], [1, 5], [5, 6, 7], [1, 2, 3], ["x", 5], [5, 5, 1, 5], [7, 1, 1]]
 
 

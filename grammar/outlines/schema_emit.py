@@ -104,6 +104,9 @@ class Emitter:
         if shape.counted():  # why: a regex over optional entries cannot count them (the grammar backend can)
             keyword = shape.origin.rsplit("/", 1)[-1] or "minProperties"
             raise unsupported(keyword, shape.origin, "counting keys needs the llguidance backend")
+        if shape.some:  # why: "some key has such a value" is a grammar over the other keys (llguidance backend)
+            origin = shape.some[0].origin
+            raise unsupported(origin.rsplit("/", 1)[-1] or "not", origin, "a negated key rule needs the llguidance backend")
         entries: list[tuple[ir.Node, bool]] = []
         for key, expr, required in shape.entries:
             value = self.expr(expr, path, depth)

@@ -56,6 +56,7 @@ from sprig.grammar.schema.values import (
     and_,
     s_and,
     s_len,
+    stamp_witnesses,
 )
 from sprig.grammar.schema.values import Not as NotExpr
 from sprig.grammar.spec import JsonOptions
@@ -203,9 +204,10 @@ class Evaluator:
 
     def _complement(self, vs: ValueSet, keyword: str, pointer: str) -> ValueSet:
         try:
-            return vs.complement()
+            out = vs.complement()
         except NotRepresentable as exc:
             raise unsupported(keyword, pointer, f"cannot negate a constraint on '{exc}'") from None
+        return replace(out, objects=stamp_witnesses(out.objects, pointer))
 
     def _eval_ref(self, ref: Ref, path: tuple[str, ...]) -> ValueSet:
         if ref.pointer in self._local:

@@ -28,6 +28,7 @@ from sprig.grammar.schema.values import (
     s_or,
     shape_product,
     shapes_not,
+    stamp_witnesses,
 )
 
 EMPTINESS_DEPTH = 3  # why: deeper than this, a shape is assumed non-empty (exactness kept by complementing)
@@ -38,7 +39,8 @@ def exactly_one(ev, sets: list[ValueSet], path: tuple[str, ...], origin: str) ->
     bools = frozenset(b for b in (True, False) if sum(b in s.bools for s in sets) == 1)
     try:
         arrays = _one_shapes(ev, [s.arrays for s in sets], path, array_and, array_not, ArrShape())
-        objects = _one_shapes(ev, [s.objects for s in sets], path, object_and, object_not, ObjShape())
+        objects = stamp_witnesses(_one_shapes(ev, [s.objects for s in sets], path, object_and, object_not, ObjShape()),
+                                  origin)
     except NotRepresentable as exc:
         raise unsupported("oneOf", origin, f"overlapping branches differ in '{exc}'") from None
     ints, steps = _one_ints(sets)

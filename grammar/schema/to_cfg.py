@@ -11,6 +11,7 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 
 from sprig.grammar.errors import invalid_schema, too_complex, unsupported
@@ -41,6 +42,8 @@ from sprig.grammar.schema.values import (
     ValueSet,
     and_,
     not_,
+    s_and,
+    s_not,
 )
 from sprig.grammar.spec import JsonOptions
 
@@ -264,6 +267,8 @@ class CfgEmitter:
         return step if i < lo else opt(step)
 
     def object(self, shape: ObjShape) -> Term:
+        if shape.some:
+            return self._witnessed(shape)
         if shape.counted():
             return self._counted_object(shape)
         found = self._entries(shape)
@@ -273,6 +278,34 @@ class CfgEmitter:
         if pair is not None:
             entries.append((cat(pair, repeat(cat(lex(self.p.comma), pair), 0, None)), False))
         return cat(lex(self.p.open_object), self._join(entries), lex(self.p.close_object))
+
+    def _witnessed(self, shape: ObjShape) -> Term:
+        """Objects where some key of the first witness's language has a value it allows: that key is a
+        declared one (one alternative each: required, its value narrowed) or one of the other keys."""
+        w, rest = shape.some[0], shape.some[1:]
+        alts = [self.object(replace(shape, entries=shape.entries[:i] + ((key, and_(expr, w.value), True),)
+                                    + shape.entries[i + 1:], some=rest))
+                for i, (key, expr, _) in enumerate(shape.entries) if strings.member(w.keys, key)]
+        declared = s_not(SLits(frozenset(k for k, _, _ in shape.entries))) if shape.entries else S_ALL
+        witnesses = [(keys, and_(expr, w.value)) for lang, expr in shape.regions()
+                     if not strings.is_empty(keys := s_and(lang, shape.names, declared, w.keys))]
+        witnesses = [(k, e) for k, e in witnesses if self.ev.eval_child(e, ()) != ValueSet.bottom()]
+        if not witnesses:
+            return choice(*alts) if alts else NEVER
+        if rest or shape.counted():
+            keyword = w.origin.rsplit("/", 1)[-1] or "not"
+            raise unsupported(keyword, w.origin, "a negated key rule together with another one or a key count")
+        found = self._entries(replace(shape, some=()))
+        if found is None:
+            return choice(*alts) if alts else NEVER
+        entries, pair = found
+        comma = lex(self.p.comma)
+        hit = choice(*(cat(lex(ir.seq(json_string(strings.string_language(keys)), self.p.colon)), self.rule(e))
+                       for keys, e in witnesses))
+        others = [hit] if pair is None else [repeat(cat(pair, comma), 0, None), hit, repeat(cat(comma, pair), 0, None)]
+        entries.append((cat(*others), True))
+        alts.append(cat(lex(self.p.open_object), self._join(entries), lex(self.p.close_object)))
+        return choice(*alts)
 
     def _entries(self, shape: ObjShape) -> tuple[list[tuple[Term, bool]], Term | None] | None:
         """Declared entries (key lexeme + value rule, required) and the pair for other keys; None: no object."""

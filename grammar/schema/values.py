@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sprig.grammar.errors import too_complex
 from sprig.grammar.schema import intsteps
@@ -246,6 +246,15 @@ class ArrShape:
 
 
 @dataclass(frozen=True)
+class Witness:
+    """"Some key in `keys` has a value in `value`": what a complemented key rule leaves (any key may be it)."""
+
+    keys: SExpr
+    value: Expr
+    origin: str = field(default="", compare=False)  # the `not`/`oneOf` that made it, for refusals
+
+
+@dataclass(frozen=True)
 class ObjShape:
     """Objects with these keys (in output order; value expr, required) and other keys valued by `additional`.
 
@@ -260,6 +269,7 @@ class ObjShape:
     # patternProperties: undeclared keys in these disjoint languages take these values (others: additional)
     patterns: tuple[tuple[SExpr, Expr], ...] = ()
     names: SExpr = S_ALL  # propertyNames: every key is in this language
+    some: tuple[Witness, ...] = ()  # and each witness holds for at least one key (declared or not)
 
     def value_for(self, key: str) -> Expr:
         for k, expr, _ in self.entries:
@@ -284,6 +294,8 @@ class ObjShape:
         return any(k == key and req for k, _, req in self.entries)
 
     def trivially_empty(self) -> bool:
+        if any(w.value == BOTTOM or w.keys == S_NONE for w in self.some):
+            return True
         if any(req and expr == BOTTOM for _, expr, req in self.entries):
             return True
         required = sum(1 for _, _, req in self.entries if req)
@@ -314,7 +326,8 @@ def object_and(a: ObjShape, b: ObjShape) -> ObjShape:
         patterns = tuple((s_and(la, lb), and_(ea, eb)) for i, (la, ea) in enumerate(ra)
                          for j, (lb, eb) in enumerate(rb) if i < len(ra) - 1 or j < len(rb) - 1)
     return ObjShape(entries, and_(a.additional, b.additional), max(a.min_props, b.min_props),
-                    min(his) if his else None, a.origin or b.origin, patterns, s_and(a.names, b.names))
+                    min(his) if his else None, a.origin or b.origin, patterns, s_and(a.names, b.names),
+                    a.some + tuple(w for w in b.some if w not in a.some))
 
 
 def array_not(a: ArrShape) -> list[ArrShape]:
@@ -346,18 +359,26 @@ def object_not(a: ObjShape) -> list[ObjShape]:
         out.append(ObjShape(max_props=a.min_props - 1, origin=a.origin))
     if a.max_props is not None:
         out.append(ObjShape(min_props=a.max_props + 1, origin=a.origin))
-    if a.names != S_ALL:
-        raise NotRepresentable("propertyNames")
-    if any(expr != TOP for _, expr in a.patterns):
-        raise NotRepresentable("patternProperties")
+    if a.names != S_ALL:  # why: some key is outside propertyNames
+        out.append(ObjShape(some=(Witness(s_not(a.names), TOP),)))
     for key, expr, required in a.entries:
         if required:
             out.append(ObjShape(((key, BOTTOM, False),)))
         if expr != TOP:
             out.append(ObjShape(((key, not_(expr), True),)))
-    if a.additional != TOP:
-        raise NotRepresentable("additionalProperties")
+    declared = s_not(SLits(frozenset(k for k, _, _ in a.entries))) if a.entries else S_ALL
+    for keys, expr in a.regions():  # why: some undeclared key of a patternProperties/additional region fails it
+        if expr != TOP:
+            out.append(ObjShape(some=(Witness(s_and(keys, declared), not_(expr)),)))
+    for w in a.some:  # why: "no key of the language has such a value" is a key region of its own
+        out.append(ObjShape(patterns=((w.keys, not_(w.value)),)))
     return out
+
+
+def stamp_witnesses(shapes: tuple[ObjShape, ...], origin: str) -> tuple[ObjShape, ...]:
+    """The shapes with `origin` on the witnesses that have none (a complement names its keyword later)."""
+    return tuple(replace(s, some=tuple(w if w.origin else replace(w, origin=origin) for w in s.some))
+                 if any(not w.origin for w in s.some) else s for s in shapes)
 
 
 def shape_product(left, right, meet):
