@@ -102,3 +102,32 @@ def test_spaced_output_keeps_the_witness(compiler):
     compiled = compiler.compile(GrammarSpec.json_schema(schema, JsonOptions(whitespace=Whitespace.SPACED)))
     assert walk(compiled, '{"a": "", "b": "x"}') and walk(compiled, '{"b": "x", "a": ""}')
     assert not walk(compiled, '{"a": "", "b": ""}') and not walk(compiled, '{}')
+
+
+POINTS = {"type": "object", "properties": {"x": {"enum": [0, 1]}, "y": {"enum": [0, 1]}}, "required": ["x"],
+          "additionalProperties": False}
+POINT_ARRAYS = [[], [{"x": 0}], [{"x": 0}, {"x": 0}], [{"x": 0}, {"x": 0, "y": 0}], [{"x": 1, "y": 1}, {"x": 1, "y": 1}],
+                [{"x": 0}, {"x": 1}, {"x": 0, "y": 1}, {"x": 1, "y": 0}], [{"x": 2}], [{"y": 0}], [{"x": 0, "z": 1}],
+                [{"x": 0}, {"x": 1}, {"x": 0, "y": 0}, {"x": 0, "y": 1}, {"x": 1, "y": 0}, {"x": 1, "y": 1}],
+                [{"x": 0}, {"x": 1}, {"x": 0, "y": 0}, {"x": 0, "y": 1}, {"x": 1, "y": 0}, {"x": 1, "y": 1}, {"x": 0}],
+                [{"kind": "a"}, {"kind": "b"}], [{"kind": "a"}, {"kind": "a"}], [{"kind": "b", "on": True}, {"kind": "b"}]]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": POINTS, "uniqueItems": True},
+    {"type": "array", "items": POINTS, "uniqueItems": True, "minItems": 2, "maxItems": 3},
+    {"type": "array", "uniqueItems": True, "items": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"], "additionalProperties": False},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "on": {"type": "boolean"}}, "required": ["kind"],
+         "additionalProperties": False}]}},
+    {"type": "array", "uniqueItems": True, "items": {"anyOf": [POINTS, {"enum": [{"x": 0}, {"x": 1, "y": 1}]}]}},
+])
+def test_unique_items_over_finite_objects(compiler, schema):
+    agrees(compiler, schema, POINT_ARRAYS)
+
+
+def test_unique_items_over_open_objects_stays_refused_by_name(compiler):
+    schema = {"type": "array", "uniqueItems": True, "items": {"type": "object", "properties": {"x": {"enum": [0, 1]}}}}
+    with pytest.raises(GrammarError) as err:
+        compiler.compile(GrammarSpec.json_schema(schema))
+    assert err.value.code == "unsupported_keyword" and err.value.pointer == "/uniqueItems"

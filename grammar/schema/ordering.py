@@ -92,6 +92,11 @@ class SchemaOrderer:
             return None
         if len(value) < shape.min_props or (shape.max_props is not None and len(value) > shape.max_props):
             return None
+        for w in shape.some:  # why: a complemented key rule holds only with a key of its language valued so
+            if not any(strings.member(w.keys, k) and self._value(
+                    value[k], self.ev.eval_child(and_(shape.value_for(k), w.value), path), path) is not None
+                    for k in value):
+                return None
         keys = [k for k in declared if k in value] + [k for k in value if k not in declared]
         parts = []
         for key in keys:

@@ -10,7 +10,9 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from dataclasses import replace
 from decimal import Decimal
 
@@ -203,11 +205,13 @@ class CfgEmitter:
         """uniqueItems over a small finite domain: one rule per set of values used so far."""
         if shape.prefix or shape.contains:
             raise unsupported("uniqueItems", shape.unique, "only without prefixItems and contains")
-        values = finite_domain(self.ev.eval_child(shape.items, ()))
-        if values is None or len(values) > MAX_UNIQUE_DOMAIN:
+        domain = self.ev.eval_child(shape.items, ())
+        values = finite_domain(domain)
+        texts = [ir.lit(text) for text in values] if values is not None else self._object_domain(domain)
+        if texts is None or len(texts) > MAX_UNIQUE_DOMAIN:
             raise unsupported("uniqueItems", shape.unique, f"items with more than {MAX_UNIQUE_DOMAIN} possible values")
-        items = [lex(ir.lit(text)) for text in values]
-        lo, hi = shape.min_items, len(values) if shape.max_items is None else min(shape.max_items, len(values))
+        items = [lex(text) for text in texts]
+        lo, hi = shape.min_items, len(items) if shape.max_items is None else min(shape.max_items, len(items))
         base, comma = f"u{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
 
         def used(mask: int) -> Term:
@@ -223,6 +227,31 @@ class CfgEmitter:
         first = choice(EMPTY if lo == 0 else NEVER, *(cat(item, used(1 << i)) for i, item in enumerate(items)
                                                        if hi >= 1))
         return cat(lex(self.p.open_array), first, lex(self.p.close_array))
+
+    def _object_domain(self, vs: ValueSet) -> list[ir.Node] | None:
+        """Each value of a set of closed objects with finitely many scalar values per key, spelled in
+        declared order (one spelling per distinct object, so "used" masks count values); None if not so."""
+        if not vs.objects or replace(vs, objects=()) != ValueSet.bottom():
+            return None
+        out: dict[frozenset[tuple[str, str]], ir.Node] = {}
+        for shape in vs.objects:
+            if (shape.patterns or shape.some or shape.counted()
+                    or self.ev.eval_child(shape.additional, ()) != ValueSet.bottom()):
+                return None
+            options: list[list[tuple[str, str] | None]] = []
+            for key, expr, required in shape.entries:
+                values = finite_domain(self.ev.eval_child(expr, ()))
+                if values is None:
+                    return None
+                options.append([(key, v) for v in values] + ([] if required else [None]))
+            if math.prod(len(o) for o in options) > MAX_UNIQUE_DOMAIN:
+                return None
+            for combo in itertools.product(*options):
+                pairs = [c for c in combo if c is not None]
+                members = [ir.seq(ir.lit(dumps(k)), self.p.colon, ir.lit(v)) for k, v in pairs]
+                body = [x for i, m in enumerate(members) for x in ((self.p.comma, m) if i else (m,))]
+                out.setdefault(frozenset(pairs), ir.seq(self.p.open_object, *body, self.p.close_object))
+        return list(out.values())
 
     def _contains(self, shape: ArrShape) -> Term:
         """Arrays with between lo and hi items matching C: rules that count the matches so far."""
