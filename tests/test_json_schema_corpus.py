@@ -8,7 +8,7 @@ keywords (`self`, `links`, `esriDocumentation`, `_format`, `_uniqueItems`, `vers
 recursive trees, unconstrained payloads nested deep, `patternProperties`, `propertyNames`,
 min/maxProperties, `uniqueItems`, integer `multipleOf`, `not`, overlapping `oneOf`, bounded arrays of
 objects and long enums. `jsonschema` first confirms every instance's label (with the formats sprig
-enforces asserted, OpenAPI's integer formats included). Then, as issue 15 accepts: at least 97 % of the
+enforces asserted, OpenAPI's integer formats included). Then, as issue 33 accepts: at least 98 % of the
 schemas compile, every refusal is an `unsupported_keyword` / `grammar_too_complex` error naming its
 keyword, and every instance of a compiled schema, walked token by token, is accepted exactly when it is
 valid. An entry with `known_issue` (a sprig bug, kept in the corpus) is reported and skipped.
@@ -28,7 +28,7 @@ from sprig.grammar import GrammarError, GrammarSpec
 from sprig.grammar.schema.ordering import SchemaOrderer
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "real_world" / "corpus.json").read_text())
-MAX_REFUSED = 0.03  # issue 15: at least 97 % of the corpus compiles
+MAX_REFUSED = 0.02  # issue 33: at least 98 % of the corpus compiles
 
 
 def test_corpus_size_and_shape():
@@ -76,4 +76,4 @@ def test_corpus_compiles_and_walks_exactly(compiler):
     for line in known:
         print("  known issue:", line)
     assert not problems, "\n".join(problems)
-    assert len(refused) + len(known) <= MAX_REFUSED * len(CORPUS), "more than 3 % of the corpus is refused"
+    assert len(refused) + len(known) <= MAX_REFUSED * len(CORPUS), "more than 2 % of the corpus is refused"

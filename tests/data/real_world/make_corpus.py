@@ -2289,6 +2289,95 @@ auto("draft-4 exclusive booleans with float bounds", {"$schema": D4, "type": "ob
      [{"ratio": 0.5}, {"ratio": 1, "count": 3}], [{"ratio": 0}, {"ratio": 1.5}, {"ratio": 0.5, "count": 0}])
 
 
+# ---- issue 33's failure shapes, written anew: not over key rules, uniqueItems over objects, deep nesting,
+# many object shapes, bounded numbers in odd spellings, not: {required} inside applicators of $refs, anyOf of
+# object shapes with array bounds
+auto("labels map with at least one non-empty value (not over additionalProperties)",
+     O({"selector": {"type": "object", "additionalProperties": S(maxLength=63),
+                     "not": {"additionalProperties": S(maxLength=0)}}}, ["selector"], False),
+     [{"selector": {"app": "web"}}, {"selector": {"tier": "", "app": "api"}}],
+     [{"selector": {}}, {"selector": {"app": ""}}, {"selector": {"app": 1}}])
+auto("openapi path item needs a non-extension key (not over propertyNames)",
+     {"type": "object", "patternProperties": {"^x-": {}}, "additionalProperties": O({"operationId": S()}),
+      "not": {"propertyNames": {"pattern": "^x-"}}},
+     [{"get": {"operationId": "list"}}, {"x-internal": True, "post": {}}],
+     [{}, {"x-internal": True}, {"get": []}])
+auto("custom-fields object must carry a key beyond the standard ones (not additionalProperties false)",
+     O({"id": S(), "created": S(format="date-time")}, ["id"], None,
+       **{"not": {"properties": {"id": {}, "created": {}}, "additionalProperties": False}}),
+     [{"id": "1", "color": "red"}, {"id": "2", "created": "2024-01-01T00:00:00Z", "size": 3}],
+     [{"id": "1"}, {"id": "1", "created": "2024-01-01T00:00:00Z"}, {"color": "red"}])
+auto("env map where some SECRET_ key is set (not over patternProperties)",
+     {"type": "object", "additionalProperties": S(), "not": {"patternProperties": {"^SECRET_": S(maxLength=0)}}},
+     [{"SECRET_TOKEN": "abc"}, {"PATH": "/bin", "SECRET_A": "", "SECRET_B": "x"}],
+     [{"PATH": "/bin"}, {"SECRET_A": ""}, {"SECRET_A": 5}])
+auto("feature flags: not every flag off (not over additionalProperties in anyOf)",
+     {"type": "object", "additionalProperties": B(), "anyOf": [{"required": ["force"]},
+                                                                {"not": {"additionalProperties": {"const": False}}}]},
+     [{"force": False}, {"a": False, "b": True}],
+     [{}, {"a": False, "b": False}, {"a": "on"}])
+auto("grid moves with unique cells (uniqueItems over objects)",
+     A(O({"row": I(minimum=0, maximum=2), "col": I(minimum=0, maximum=2)}, ["row", "col"], False),
+       uniqueItems=True, minItems=1, maxItems=9),
+     [[{"row": 0, "col": 0}], [{"row": 1, "col": 1}, {"row": 0, "col": 2}, {"row": 2, "col": 0}]],
+     [[], [{"row": 0, "col": 0}, {"row": 0, "col": 0}], [{"row": 3, "col": 0}]])
+auto("notification channels, each at most once (uniqueItems over tagged objects)",
+     O({"channels": A({"oneOf": [O({"kind": {"const": "email"}, "digest": B()}, ["kind"], False),
+                                 O({"kind": {"const": "sms"}}, ["kind"], False),
+                                 O({"kind": {"const": "push"}, "sound": E("on", "off")}, ["kind"], False)]},
+                      uniqueItems=True)}, ["channels"], False),
+     [{"channels": []}, {"channels": [{"kind": "email", "digest": True}, {"kind": "sms"}, {"kind": "email"}]}],
+     [{"channels": [{"kind": "sms"}, {"kind": "sms"}]}, {"channels": [{"kind": "fax"}]},
+      {"channels": [{"kind": "push", "sound": "loud"}]}])
+
+
+def _nested(depth):
+    node = O({"value": I(minimum=0, maximum=9)}, ["value"], False)
+    for i in range(depth):
+        node = O({"name": S(maxLength=8), "child": node, "n": N(minimum=0.5)}, ["child"], False)
+    return node
+
+
+def _nested_value(depth, leaf):
+    value = {"value": leaf}
+    for i in range(depth):
+        value = {"child": value, "n": 1e1} if i % 2 else {"name": f"l{i}", "child": value}
+    return value
+
+
+auto("deeply nested configuration (40 declared levels)", _nested(40),
+     [_nested_value(40, 3), _nested_value(40, 9.0)], [_nested_value(40, 10), _nested_value(39, 3), _nested_value(40, "3")])
+SHAPES = {f"event_{i}": O({"type": {"const": f"event_{i}"}, "at": S(format="date-time"),
+                           f"field_{i}": I(minimum=i) if i % 2 else S(minLength=i % 4)}, ["type", "at"], False)
+          for i in range(16)}
+auto("webhook envelope over 16 event shapes (many object shapes)", {"oneOf": list(SHAPES.values())},
+     [{"type": "event_3", "at": "2024-05-01T10:00:00Z", "field_3": 3.0},
+      {"type": "event_14", "at": "2024-05-01T10:00:00+02:00", "field_14": "ab"}],
+     [{"type": "event_3", "at": "2024-05-01T10:00:00Z", "field_3": 2}, {"type": "event_16", "at": "2024-05-01T10:00:00Z"},
+      {"type": "event_2", "at": "yesterday"}])
+auto("image resize request (bounded numbers in odd spellings)",
+     O({"width": I(minimum=16, maximum=8192), "scale": N(exclusiveMinimum=0, maximum=4),
+        "quality": N(minimum=0.5, maximum=1e2), "dpi": I(minimum=72, multipleOf=3)}, ["width"], False),
+     [{"width": 2048.0, "scale": 2.5e-1, "quality": 9.5e1}, {"width": 1.6e1, "dpi": 7.2e1}, {"width": 8192, "quality": 0.5}],
+     [{"width": 8193.0}, {"width": 64, "scale": 0.0}, {"width": 64, "dpi": 73}, {"width": 64, "quality": 1e3}])
+auto("plugin manifest (not required inside allOf and anyOf of $refs)", {
+    "$defs": {"base": O({"name": S(minLength=1), "main": S(), "exports": S()}, ["name"]),
+              "esm": {"required": ["exports"], "not": {"required": ["main"]}},
+              "cjs": {"required": ["main"]}},
+    "allOf": [{"$ref": "#/$defs/base"}, {"anyOf": [{"$ref": "#/$defs/esm"}, {"$ref": "#/$defs/cjs"}]},
+              {"not": {"required": ["legacy"]}}]},
+    [{"name": "p", "exports": "./i.js"}, {"name": "p", "main": "i.js", "exports": "./i.js"}, {"name": "p", "main": "i.js"}],
+    [{"name": "p"}, {"name": "p", "main": "i.js", "legacy": True}, {"name": "", "main": "x"}])
+auto("optimizer circuit layer (anyOf of object shapes with array bounds)", {"type": "array", "maxItems": 8, "items": {"anyOf": [
+    O({"gate": E("rx", "ry", "rz"), "qubits": A(I(minimum=0), minItems=1, maxItems=1), "angle": N(minimum=-6.3, maximum=6.3)},
+      ["gate", "qubits", "angle"], False),
+    O({"gate": E("cx", "cz", "swap"), "qubits": A(I(minimum=0), minItems=2, maxItems=2)}, ["gate", "qubits"], False),
+    O({"gate": {"const": "measure"}, "qubits": A(I(minimum=0), minItems=1), "bits": A(I(minimum=0), minItems=1)},
+      ["gate", "qubits"], False)]}},
+    [[{"gate": "rx", "qubits": [0], "angle": 1.5707}, {"gate": "cx", "qubits": [0, 1]}],
+     [{"gate": "measure", "qubits": [0, 1, 2], "bits": [0, 1, 2]}, {"gate": "rz", "qubits": [2.0], "angle": -3e0}]],
+    [[{"gate": "cx", "qubits": [0]}], [{"gate": "rx", "qubits": [0, 1], "angle": 0}], [{"gate": "rx", "qubits": [0], "angle": 7}]])
+
 with open(Path(__file__).parent / "corpus.json", "w") as out:  # why: beside this script, wherever it runs from
     json.dump(C, out, indent=1, ensure_ascii=False)
 print(len(C), "schemas,", sum(len(c["valid"]) + len(c["invalid"]) for c in C), "instances")
