@@ -1,8 +1,10 @@
 """Random schemas from a grammar of JSON Schema keywords, checked against jsonschema (issue 33, item 4).
 
 hypothesis draws a schema (types, bounds, integer `multipleOf`, lengths, patterns, the formats sprig
-enforces, enum/const, objects with properties / required / additionalProperties / min-maxProperties,
-arrays with items / prefixItems / bounds / uniqueItems, allOf / anyOf / oneOf / not / if-then-else,
+enforces, enum/const, objects with properties / required / additionalProperties / min-maxProperties /
+propertyNames / patternProperties, arrays with items / prefixItems / bounds / uniqueItems (over enums and
+closed objects), allOf / anyOf / oneOf / if-then-else, `not` over leaves, `required` and the key rules
+(additionalProperties, propertyNames, patternProperties),
 nested two levels), then instances: valid ones from hypothesis-jsonschema's generator and arbitrary JSON
 values (mostly invalid), those whose numbers fit the grammar's documented digit limits. Each is walked token by token; the walk must accept exactly when jsonschema,
 with the formats sprig enforces asserted, says valid. A refusal must name its keyword. Runs a few hundred
@@ -35,6 +37,9 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 40), st.sampled_fr
 JSON_VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(NAMES + ["x", "y"]), inner, max_size=4)),
     max_leaves=8)
+
+KEY_RULES = st.sampled_from([{"maxLength": 2}, {"pattern": "^[a-z]+$"}, {"enum": ["id", "name", "x", "y"]},
+                             {"not": {"const": "kind"}}])
 
 
 def optional(draw, key: str, strategy: st.SearchStrategy) -> dict:
@@ -74,25 +79,46 @@ def composite(children: st.SearchStrategy) -> st.SearchStrategy:
             props = draw(st.dictionaries(st.sampled_from(NAMES), children, min_size=1, max_size=3))
             schema = {"type": "object", "properties": props,
                       "required": draw(st.lists(st.sampled_from(sorted(props)), unique=True, max_size=2))}
-            extra = draw(st.sampled_from(["default", "false", "schema", "count"]))
+            extra = draw(st.sampled_from(["default", "false", "schema", "count", "names", "patterns"]))
             if extra == "false":
                 schema["additionalProperties"] = False
             elif extra == "schema":
                 schema["additionalProperties"] = {"type": draw(st.sampled_from(["integer", "string"]))}
             elif extra == "count":
                 schema["maxProperties"] = draw(st.integers(1, 3))
+            elif extra == "names":
+                schema["propertyNames"] = draw(KEY_RULES)
+            elif extra == "patterns":
+                schema["patternProperties"] = {draw(st.sampled_from(["^x", "e$"])): draw(leaf_schemas())}
             return schema
         if kind == "array":
             schema = {"type": "array", "items": draw(children), **optional(draw, "minItems", st.integers(0, 2)),
                       **optional(draw, "maxItems", st.integers(1, 4))}
             if draw(st.booleans()):
                 schema["prefixItems"] = [draw(leaf_schemas())]
-            if draw(st.integers(0, 3)) == 0:
+            unique = draw(st.integers(0, 5))
+            if unique == 0:
                 schema = {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True}
+            elif unique == 1:  # why: closed objects with few values, the finite object domain
+                schema = {"type": "array", "uniqueItems": True, "items": {
+                    "type": "object", "properties": {"x": {"enum": [0, 1]}, "y": {"type": "boolean"}},
+                    "required": draw(st.sampled_from([[], ["x"], ["x", "y"]])), "additionalProperties": False}}
             return schema
         if kind in ("allOf", "anyOf", "oneOf"):
             return {kind: draw(st.lists(children, min_size=2, max_size=3))}
         if kind == "not":
+            negated = draw(st.sampled_from(["leaf", "additional", "names", "patterns", "required"]))
+            if negated == "additional":  # why: key rules complemented into "some key has such a value"
+                inner: dict = {"additionalProperties": draw(st.one_of(st.just(False), leaf_schemas()))}
+                if draw(st.booleans()):
+                    inner["properties"] = {draw(st.sampled_from(NAMES)): draw(leaf_schemas())}
+                return {"not": inner}
+            if negated == "names":
+                return {"not": {"propertyNames": draw(KEY_RULES)}}
+            if negated == "patterns":
+                return {"not": {"patternProperties": {draw(st.sampled_from(["^x", "e$"])): draw(leaf_schemas())}}}
+            if negated == "required":
+                return {"not": {"required": draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))}}
             return {"not": draw(leaf_schemas())}
         return {"if": draw(leaf_schemas()), "then": draw(children), "else": draw(children)}
     return build()
@@ -136,8 +162,9 @@ def test_random_schemas_walk_as_jsonschema_decides(compiler, data):
     orderer = SchemaOrderer(schema)
     values = data.draw(st.lists(JSON_VALUES, min_size=3, max_size=5), label="values")
     # why: hypothesis-jsonschema 0.23.1 breaks on some object schemas under hypothesis 6.170 ('many' has no
-    # 'more'); those schemas still get the arbitrary values
-    with contextlib.suppress(AttributeError, InvalidArgument):
+    # 'more') and trips its own canonicalisation assert on some (`required` of a `null` property); those
+    # schemas still get the arbitrary values
+    with contextlib.suppress(AttributeError, AssertionError, InvalidArgument):
         values += data.draw(st.lists(hypothesis_jsonschema.from_schema(schema), max_size=3), label="valid")
     verdicts = []
     for value in filter(within_digit_limits, values):
