@@ -93,24 +93,69 @@ def intersection_parts(expr: SExpr) -> list[ir.Node] | None:
             for i in sorted(expr.items, key=repr)]
 
 
+MAX_LAZY_CLAUSES = 16  # why: each clause of a lazily built string constraint is one lexeme
+
+
+def lazy_clauses(expr: SExpr) -> list[tuple[list[ir.Node], list[ir.Node]]]:
+    """`expr` as a union of (parts every string matches, parts it matches none of), its non-empty clauses
+    only, for a grammar engine to intersect and negate lazily where one regex would be too large (a format
+    beside its own complement in a `oneOf`); raises too_complex where the clauses do not fit."""
+    out = []
+    for clause in _dnf(expr, False):
+        if any(isinstance(a, SFormat) and a.name == "hostname" for a in clause[1]):
+            raise too_complex("a negated hostname format is decided beside the regex, not in a lexeme")
+        pos = [_atom_node(a) for a in sorted(clause[0], key=repr)] or [ir.star(ANY_CHAR)]
+        neg = [_atom_node(a) for a in sorted(clause[1], key=repr)]
+        if not intersection_is_empty(pos, neg):
+            out.append((pos, neg))
+    return out
+
+
+def _atom_node(atom: SExpr) -> ir.Node:
+    return ir.rep(ANY_CHAR, atom.lo, atom.hi) if isinstance(atom, SLen) else atom_language(atom)
+
+
+def _dnf(expr: SExpr, negated: bool) -> list[tuple[frozenset[SExpr], frozenset[SExpr]]]:
+    """Clauses (atoms that hold, atoms that fail) whose union is `expr` (its complement when `negated`)."""
+    if isinstance(expr, SNot):
+        return _dnf(expr.item, not negated)
+    if isinstance(expr, SAnd | SOr):
+        parts = [_dnf(i, negated) for i in sorted(expr.items, key=repr)]
+        if isinstance(expr, SOr) != negated:  # a union
+            return [c for p in parts for c in p]
+        acc: list[tuple[frozenset[SExpr], frozenset[SExpr]]] = [(frozenset(), frozenset())]
+        for p in parts:
+            acc = [(a[0] | b[0], a[1] | b[1]) for a in acc for b in p]
+            if len(acc) > MAX_LAZY_CLAUSES:
+                raise too_complex("a combined string constraint has too many alternatives")
+        return acc
+    return [(frozenset(), frozenset((expr,)))] if negated else [(frozenset((expr,)), frozenset())]
+
+
 @functools.lru_cache(maxsize=256)  # why: formats recur in every schema; their automata take 10-60 ms each
 def determinized(node: ir.Node) -> fsm.Dfa:
     return fsm.determinize(node)
 
 
-def intersection_is_empty(parts: list[ir.Node], budget: int = 200_000) -> bool:
-    """Whether no string is in every part: a breadth-first search of the product, stopping at a witness."""
+def intersection_is_empty(parts: list[ir.Node], excluded: tuple[ir.Node, ...] | list[ir.Node] = (),
+                          budget: int = 200_000) -> bool:
+    """Whether no string is in every part and in none of `excluded`: a breadth-first search of the product,
+    stopping at a witness (an excluded automaton that dies no longer excludes anything)."""
     dfas = [determinized(p) for p in parts]
-    start = tuple(0 for _ in dfas)
+    outs = [determinized(p) for p in excluded]
+    n = len(dfas)
+    start = tuple(0 for _ in dfas + outs)
     seen, queue = {start}, collections.deque([start])
     while queue:
         states = queue.popleft()
-        if all(d.accept[q] for d, q in zip(dfas, states, strict=True)):
+        if (all(d.accept[q] for d, q in zip(dfas, states, strict=False))
+                and not any(q >= 0 and d.accept[q] for d, q in zip(outs, states[n:], strict=True))):
             return False
-        cuts = sorted({x for d, q in zip(dfas, states, strict=True) for lo, hi, _ in d.trans[q] for x in (lo, hi + 1)})
+        cuts = sorted({x for d, q in zip(dfas + outs, states, strict=True) if q >= 0
+                       for lo, hi, _ in d.trans[q] for x in (lo, hi + 1)})
         for lo in cuts[:-1]:
-            nxt = tuple(d.step(q, lo) for d, q in zip(dfas, states, strict=True))
-            if min(nxt) >= 0 and nxt not in seen:
+            nxt = tuple(d.step(q, lo) if q >= 0 else -1 for d, q in zip(dfas + outs, states, strict=True))
+            if min(nxt[:n], default=0) >= 0 and nxt not in seen:
                 if len(seen) >= budget:
                     raise too_complex("a combined string constraint is too large to check")
                 seen.add(nxt)

@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 from decimal import Decimal
 
-from sprig.grammar.errors import invalid_schema, too_complex, unsupported
+from sprig.grammar.errors import GrammarTooComplex, invalid_schema, too_complex, unsupported
 from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
 from sprig.grammar.regex import ir
 from sprig.grammar.schema import intsteps, strings
@@ -53,6 +53,7 @@ BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a bal
 ZERO = Decimal(0)
 ANY = "any"  # the rule name of "any JSON value"
 MAX_UNIQUE_DOMAIN = 10  # why: uniqueItems tracks the set of values used: 2^n rules
+LOCATING_KEYWORDS = ("oneOf", "anyOf", "allOf", "not", "if", "$ref", "format", "pattern", "propertyNames")
 MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (property, count)
 
 
@@ -144,7 +145,24 @@ class CfgEmitter:
         """Write the rules of every expression referenced so far (and of the ones they reference)."""
         while self._todo:  # why: a worklist, not recursion: deep schemas must not exhaust the Python stack
             name, expr = self._todo.pop()
-            self.grammar.add(name, self.value_set(self.ev.eval_child(expr, ())))
+            try:
+                self.grammar.add(name, self.value_set(self.ev.eval_child(expr, ())))
+            except GrammarTooComplex as err:
+                if err.pointer is not None:
+                    raise
+                raise self._located(err, expr) from None
+
+    def _located(self, err: GrammarTooComplex, expr: Expr) -> GrammarTooComplex:
+        """A budget error from emitting `expr`, naming the keyword and pointer of the schema it came from."""
+        while isinstance(expr, Bound):
+            expr = expr.item
+        pointer = expr.pointer if isinstance(expr, Node | Ref) else ""
+        node = self.ev.doc.lookup(pointer) if isinstance(expr, Node | Ref) else None
+        keys = [k for k in LOCATING_KEYWORDS if isinstance(node, dict) and k in node]
+        keyword = keys[0] if keys else pointer.rsplit("/", 1)[-1] or "$schema"
+        where = f"{pointer}/{keyword}" if keys else pointer
+        return too_complex(f"'{keyword}' at '{where or '/'}': {err.message.removeprefix('grammar too complex: ')}",
+                           where or "/")
 
     def rule(self, expr: Expr) -> Term:
         name = self._names.get(expr)
@@ -161,11 +179,16 @@ class CfgEmitter:
         scalars += [FALSE] if False in vs.bools else []
         scalars.append(number_spellings(vs.ints, vs.fracs, self.spelling))
         together = strings.intersection_parts(vs.strings)
+        clauses: list[tuple[list[ir.Node], list[ir.Node]]] = []
         if together is None:
-            scalars.append(json_string(strings.string_language(vs.strings)))
+            try:
+                scalars.append(json_string(strings.string_language(vs.strings)))
+            except GrammarTooComplex:  # why: a format beside its complement: one lazy lexeme per clause instead
+                clauses = strings.lazy_clauses(vs.strings)
+        elif not strings.intersection_is_empty(together):  # why: lazily, not as one DFA
+            clauses = [(together, [])]
         parts = [lex(ir.alt(*scalars))]
-        if together is not None and not strings.intersection_is_empty(together):  # why: lazily, not as one DFA
-            parts.append(LexAnd(tuple(json_string(p) for p in together)))
+        parts += [LexAnd(tuple(json_string(p) for p in pos), tuple(json_string(n) for n in neg)) for pos, neg in clauses]
         any_spelling = self.spelling is Spelling.ANY  # why: `10.0` and `10e0` are multiples of 5 too
         suffix = opt(lex(integer_suffixes())) if any_spelling else EMPTY
         parts += [cat(intsteps.piece_grammar(self.grammar, f"m{len(self.grammar.rules)}_{i}", interval, step), suffix)
