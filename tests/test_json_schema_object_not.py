@@ -131,3 +131,26 @@ def test_unique_items_over_open_objects_stays_refused_by_name(compiler):
     with pytest.raises(GrammarError) as err:
         compiler.compile(GrammarSpec.json_schema(schema))
     assert err.value.code == "unsupported_keyword" and err.value.pointer == "/uniqueItems"
+
+
+FILTER = {"$defs": {"f": {"oneOf": [
+    {"type": "object", "properties": {"and": {"type": "array", "items": {"$ref": "#/$defs/f"}, "minItems": 2}},
+     "required": ["and"], "additionalProperties": False},
+    {"type": "object", "properties": {"not": {"$ref": "#/$defs/f"}}, "required": ["not"], "additionalProperties": False},
+    {"type": "object", "properties": {"field": {"type": "string"}, "eq": {"type": "integer"}},
+     "required": ["field", "eq"], "additionalProperties": False}]}}, "$ref": "#/$defs/f"}
+
+
+def test_one_of_over_closed_recursive_shapes(compiler):
+    """Branches closed by `additionalProperties: false` are disjoint by their keys without evaluating the
+    recursive values (it was refused: the overlap test unfolded the $ref)."""
+    leaf = {"field": "a", "eq": 1}
+    agrees(compiler, FILTER, [leaf, {"not": leaf}, {"and": [leaf, {"not": {"not": leaf}}]}, {"and": [leaf]},
+                              {"not": {"field": "a"}}, {"and": [leaf, leaf], "not": leaf}, {"field": "a", "eq": 1.5}, {}])
+
+
+@pytest.mark.parametrize("extra", [{}, {"maxProperties": 3}])
+def test_pattern_keys_count_for_min_properties_when_additional_is_false(compiler, extra):
+    schema = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False,
+              "minProperties": 2, **extra}
+    agrees(compiler, schema, [{}, {"xa": 1}, {"xa": 1, "xb": 2}, {"xa": 1, "b": 2}, {"xa": 1, "xb": 2, "xc": 3, "xd": 4}])

@@ -155,6 +155,8 @@ def _check_magnitude(d: Decimal, pointer: str) -> None:
 class Evaluator:
     """Evaluates expressions of one schema document into value sets (memoized per location and path)."""
 
+    key_witnesses = False  # why: only the grammar backend writes "some key has such a value" (oneOf overlaps)
+
     def __init__(self, doc: SchemaDocument, options: JsonOptions) -> None:
         self.doc, self.options = doc, options
         self._memo: dict[tuple[Expr, tuple[str, ...]], ValueSet] = {}
@@ -424,6 +426,8 @@ def _objects(node: dict[str, Any], pointer: str, path: tuple[str, ...], extra: b
         raise invalid_schema("required must be an array of strings", child_pointer(pointer, "required"))
     explicit = unevaluated.props_key in node
     additional = _child(pointer, path, unevaluated.props_key) if explicit else TOP if extra else BOTTOM
+    if explicit and node[unevaluated.props_key] is False:  # why: a literal BOTTOM lets oneOf see disjoint keys
+        additional = BOTTOM  # without evaluating their values (a recursive $ref there would loop)
     found = pattern_properties(node, pointer, path)
     found += [(p, TOP) for p in unevaluated.patterns if p not in dict(found)]  # why: evaluated by allOf/$ref
 

@@ -9,6 +9,8 @@ prefix items and lengths; other overlaps are refused rather than approximated.
 
 from __future__ import annotations
 
+import functools
+
 from sprig.grammar.errors import GrammarTooComplex, unsupported
 from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.numbers import NumSet
@@ -39,8 +41,15 @@ def exactly_one(ev, sets: list[ValueSet], path: tuple[str, ...], origin: str) ->
     bools = frozenset(b for b in (True, False) if sum(b in s.bools for s in sets) == 1)
     try:
         arrays = _one_shapes(ev, [s.arrays for s in sets], path, array_and, array_not, ArrShape())
-        objects = stamp_witnesses(_one_shapes(ev, [s.objects for s in sets], path, object_and, object_not, ObjShape()),
-                                  origin)
+        plain = functools.partial(object_not, witnesses=False)
+        try:
+            objects = _one_shapes(ev, [s.objects for s in sets], path, object_and,
+                                  object_not if ev.key_witnesses else plain, ObjShape())
+        except GrammarTooComplex:  # why: complemented key rules multiplied the shapes; refuse by the rule instead
+            if not ev.key_witnesses:
+                raise
+            objects = _one_shapes(ev, [s.objects for s in sets], path, object_and, plain, ObjShape())
+        objects = stamp_witnesses(objects, origin)
     except NotRepresentable as exc:
         raise unsupported("oneOf", origin, f"overlapping branches differ in '{exc}'") from None
     ints, steps = _one_ints(sets)

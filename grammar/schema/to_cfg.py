@@ -67,6 +67,8 @@ class FlatEvaluator(Evaluator):
     is refused with the `$ref` that closed the loop.
     """
 
+    key_witnesses = True
+
     def __init__(self, doc: SchemaDocument, options: JsonOptions) -> None:
         super().__init__(doc, options)
         self._active: dict[tuple[Expr, tuple[str, ...]], int] = {}  # in evaluation -> instance depth

@@ -299,7 +299,8 @@ class ObjShape:
         if any(req and expr == BOTTOM for _, expr, req in self.entries):
             return True
         required = sum(1 for _, _, req in self.entries if req)
-        possible = None if self.additional != BOTTOM else sum(1 for _, e, _ in self.entries if e != BOTTOM)
+        closed = self.additional == BOTTOM and all(e == BOTTOM for _, e in self.patterns)
+        possible = sum(1 for _, e, _ in self.entries if e != BOTTOM) if closed else None
         return ((self.max_props is not None and max(self.min_props, required) > self.max_props)
                 or (possible is not None and possible < self.min_props))
 
@@ -353,7 +354,12 @@ def array_not(a: ArrShape) -> list[ArrShape]:
     return out
 
 
-def object_not(a: ObjShape) -> list[ObjShape]:
+def object_not(a: ObjShape, witnesses: bool = True) -> list[ObjShape]:
+    """The complement of one shape as a union of shapes; without `witnesses`, key rules are not complemented
+    (NotRepresentable), which bounds the shapes a oneOf over many overlapping branches multiplies."""
+    if not witnesses and (a.names != S_ALL or a.some or any(e != TOP for _, e in a.regions())):
+        raise NotRepresentable("propertyNames" if a.names != S_ALL else "patternProperties"
+                               if any(e != TOP for _, e in a.patterns) else "additionalProperties")
     out: list[ObjShape] = []
     if a.min_props > 0:  # why: too few or too many keys violates the shape whatever the values are
         out.append(ObjShape(max_props=a.min_props - 1, origin=a.origin))
