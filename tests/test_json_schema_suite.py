@@ -37,7 +37,7 @@ from grammar_helpers import nesting, suite_files, walk_suite_file
 from sprig.grammar import GrammarCompiler, GrammarError, JsonOptions
 
 # why: today's refusal counts; lower them as keywords become enforced, never raise them
-REFUSED_CEILING = {("llguidance", "draft2020-12"): 39, ("llguidance", "draft7"): 19,
+REFUSED_CEILING = {("llguidance", "draft2020-12"): 38, ("llguidance", "draft7"): 19,
                    ("outlines", "draft2020-12"): 72}
 LISTED_KEYWORDS = {  # item 1 of the issue: the outlines backend refusing one of these is a failure
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
