@@ -10,9 +10,6 @@ lexeme. Objects are written with declared keys first, in schema order, then othe
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
 from dataclasses import replace
 from decimal import Decimal
 
@@ -20,7 +17,8 @@ from sprig.grammar.errors import GrammarTooComplex, invalid_schema, too_complex,
 from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
 from sprig.grammar.regex import ir
 from sprig.grammar.schema import intsteps, strings
-from sprig.grammar.schema.evaluator import Evaluator, canonical
+from sprig.grammar.schema.domains import MAX_UNIQUE_DOMAIN, finite_domain, object_domain
+from sprig.grammar.schema.evaluator import Evaluator
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
 from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
@@ -33,7 +31,6 @@ from sprig.grammar.schema.spellings import (
 )
 from sprig.grammar.schema.values import (
     S_ALL,
-    S_NONE,
     ArrShape,
     Bound,
     Expr,
@@ -52,7 +49,6 @@ from sprig.grammar.spec import JsonOptions
 BALANCED_AFTER = 24  # why: a long run of optional properties is joined as a balanced tree (shallow terms)
 ZERO = Decimal(0)
 ANY = "any"  # the rule name of "any JSON value"
-MAX_UNIQUE_DOMAIN = 10  # why: uniqueItems tracks the set of values used: 2^n rules
 LOCATING_KEYWORDS = ("oneOf", "anyOf", "allOf", "not", "if", "$ref", "format", "pattern", "propertyNames")
 MAX_COUNT_RULES = 20_000  # why: minProperties/maxProperties make one rule per (property, count)
 
@@ -232,7 +228,7 @@ class CfgEmitter:
             raise unsupported("uniqueItems", shape.unique, "only without prefixItems and contains")
         domain = self.ev.eval_child(shape.items, ())
         values = finite_domain(domain)
-        texts = [ir.lit(text) for text in values] if values is not None else self._object_domain(domain)
+        texts = [ir.lit(text) for text in values] if values is not None else object_domain(self.ev, self.p, domain)
         if texts is None or len(texts) > MAX_UNIQUE_DOMAIN:
             raise unsupported("uniqueItems", shape.unique, f"items with more than {MAX_UNIQUE_DOMAIN} possible values")
         items = [lex(text) for text in texts]
@@ -252,31 +248,6 @@ class CfgEmitter:
         first = choice(EMPTY if lo == 0 else NEVER, *(cat(item, used(1 << i)) for i, item in enumerate(items)
                                                        if hi >= 1))
         return cat(lex(self.p.open_array), first, lex(self.p.close_array))
-
-    def _object_domain(self, vs: ValueSet) -> list[ir.Node] | None:
-        """Each value of a set of closed objects with finitely many scalar values per key, spelled in
-        declared order (one spelling per distinct object, so "used" masks count values); None if not so."""
-        if not vs.objects or replace(vs, objects=()) != ValueSet.bottom():
-            return None
-        out: dict[frozenset[tuple[str, str]], ir.Node] = {}
-        for shape in vs.objects:
-            if (shape.patterns or shape.some or shape.counted()
-                    or self.ev.eval_child(shape.additional, ()) != ValueSet.bottom()):
-                return None
-            options: list[list[tuple[str, str] | None]] = []
-            for key, expr, required in shape.entries:
-                values = finite_domain(self.ev.eval_child(expr, ()))
-                if values is None:
-                    return None
-                options.append([(key, v) for v in values] + ([] if required else [None]))
-            if math.prod(len(o) for o in options) > MAX_UNIQUE_DOMAIN:
-                return None
-            for combo in itertools.product(*options):
-                pairs = [c for c in combo if c is not None]
-                members = [ir.seq(ir.lit(dumps(k)), self.p.colon, ir.lit(v)) for k, v in pairs]
-                body = [x for i, m in enumerate(members) for x in ((self.p.comma, m) if i else (m,))]
-                out.setdefault(frozenset(pairs), ir.seq(self.p.open_object, *body, self.p.close_object))
-        return list(out.values())
 
     def _contains(self, shape: ArrShape) -> Term:
         """Arrays with between lo and hi items matching C: rules that count the matches so far."""
@@ -474,25 +445,3 @@ def json_object_grammar(options: JsonOptions) -> Grammar:
     emitter.drain()
     emitter.grammar.prune()
     return emitter.grammar
-
-
-def finite_domain(vs: ValueSet) -> list[str] | None:
-    """The canonical JSON texts of a value set's members when it is a small set of scalars, else None."""
-    if vs.arrays or vs.objects or vs.steps:
-        return None
-    out = ["null"] * vs.null + [json.dumps(b) for b in sorted(vs.bools)]
-    for numbers in (vs.ints, vs.fracs):
-        for iv in numbers.intervals:
-            if iv.lo is None or iv.hi is None or iv.hi - iv.lo > MAX_UNIQUE_DOMAIN:
-                return None
-            if numbers.integral:
-                out += [str(n) for n in range(int(iv.lo), int(iv.hi) + 1)]
-            elif iv.lo == iv.hi:
-                out.append(canonical(iv.lo))
-            else:
-                return None
-    if vs.strings != S_NONE:
-        if not isinstance(vs.strings, SLits):
-            return None
-        out += [dumps(v) for v in sorted(vs.strings.values)]
-    return out

@@ -2333,7 +2333,7 @@ auto("notification channels, each at most once (uniqueItems over tagged objects)
 
 def _nested(depth):
     node = O({"value": I(minimum=0, maximum=9)}, ["value"], False)
-    for i in range(depth):
+    for _i in range(depth):
         node = O({"name": S(maxLength=8), "child": node, "n": N(minimum=0.5)}, ["child"], False)
     return node
 
