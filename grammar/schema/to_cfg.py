@@ -20,7 +20,7 @@ from sprig.grammar.schema import intsteps, strings
 from sprig.grammar.schema.evaluator import Evaluator, canonical
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
-from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema.refs import RECURSIVE_ANCHOR, SchemaDocument, check_schema_shape
 from sprig.grammar.schema.spellings import (
     JSON_NUMBER_ZEROS,
     Spelling,
@@ -114,6 +114,13 @@ class FlatEvaluator(Evaluator):
         node = self.doc.lookup(target)
         if isinstance(node, dict) and node.get("$dynamicAnchor") == name:
             return dict(zip(path[::2], path[1::2], strict=True)).get(name, target)
+        return target
+
+    def _recursive_ref(self, pointer: str, path: tuple[str, ...]) -> str:
+        """The outermost `$recursiveAnchor` resource in scope, where the static target is one (2019-09)."""
+        target = self.doc.resolve("#", pointer)
+        if target in self.doc.recursive:
+            return dict(zip(path[::2], path[1::2], strict=True)).get(RECURSIVE_ANCHOR, target)
         return target
 
 
@@ -370,7 +377,7 @@ def schema_to_grammar(schema: str, options: JsonOptions) -> Grammar:
     """The grammar of the JSON texts that are valid instances of `schema` (in sprig's spelling)."""
     root = load_schema(schema)
     check_schema_shape(root, "")
-    doc = SchemaDocument.index(root)
+    doc = SchemaDocument.index(root, dict(options.documents))
     try:
         grammar = CfgEmitter(FlatEvaluator(doc, options), options).build(Node(""))
     except RecursionError:
