@@ -39,8 +39,8 @@ from grammar_helpers import nesting, suite_files, walk_suite_file
 from sprig.grammar import GrammarCompiler, GrammarError, JsonOptions
 
 # why: today's refusal counts; lower them as keywords become enforced, never raise them
-REFUSED_CEILING = {("llguidance", "draft2020-12"): 32, ("llguidance", "draft2019-09"): 30,
-                   ("llguidance", "draft7"): 17, ("llguidance", "draft6"): 17, ("llguidance", "draft4"): 15,
+REFUSED_CEILING = {("llguidance", "draft2020-12"): 31, ("llguidance", "draft2019-09"): 29,
+                   ("llguidance", "draft7"): 16, ("llguidance", "draft6"): 16, ("llguidance", "draft4"): 14,
                    ("outlines", "draft2020-12"): 69}
 MIN_INSTANCES = {"draft2020-12": 1400, "draft2019-09": 1400, "draft7": 1100, "draft6": 900, "draft4": 700}
 LISTED_KEYWORDS = {  # item 1 of the issue: the outlines backend refusing one of these is a failure

@@ -204,28 +204,33 @@ class CfgEmitter:
         return cat(lex(self.p.open_array), body, lex(self.p.close_array))
 
     def _unique(self, shape: ArrShape) -> Term:
-        """uniqueItems over a small finite domain: one rule per set of values used so far."""
-        if shape.prefix or shape.contains:
-            raise unsupported("uniqueItems", shape.unique, "only without prefixItems and contains")
-        values = finite_domain(self.ev.eval_child(shape.items, ()))
-        if values is None or len(values) > MAX_UNIQUE_DOMAIN:
+        """uniqueItems over a small finite domain: one rule per set of values used so far (distinct items, so
+        the set's size is the position, which picks the prefixItems entry or the items rule)."""
+        if shape.contains:
+            raise unsupported("uniqueItems", shape.unique, "only without contains")
+        domains = [finite_domain(self.ev.eval_child(e, ())) for e in (*shape.prefix, shape.items)]
+        values = list(dict.fromkeys(t for d in domains for t in d or ()))
+        if any(d is None for d in domains) or len(values) > MAX_UNIQUE_DOMAIN:
             raise unsupported("uniqueItems", shape.unique, f"items with more than {MAX_UNIQUE_DOMAIN} possible values")
+        at = [[values.index(t) for t in d or ()] for d in domains]  # why: per position; the last one repeats
         items = [lex(ir.lit(text)) for text in values]
         lo, hi = shape.min_items, len(values) if shape.max_items is None else min(shape.max_items, len(values))
         base, comma = f"u{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
+
+        def next_items(mask: int, sep: Term) -> list[Term]:
+            n = bin(mask).count("1")
+            return [cat(sep, items[i], used(mask | 1 << i)) for i in at[min(n, len(at) - 1)]
+                    if not mask >> i & 1 and n < hi]
 
         def used(mask: int) -> Term:
             name = f"{base}_{mask}"
             if name not in self.grammar.rules:
                 self.grammar.add(name, NEVER)
-                n = bin(mask).count("1")
-                self.grammar.rules[name] = choice(EMPTY if n >= lo else NEVER, *(
-                    cat(comma, item, used(mask | 1 << i)) for i, item in enumerate(items)
-                    if not mask >> i & 1 and n < hi))
+                self.grammar.rules[name] = choice(EMPTY if bin(mask).count("1") >= lo else NEVER,
+                                                  *next_items(mask, comma))
             return Sym(name)
 
-        first = choice(EMPTY if lo == 0 else NEVER, *(cat(item, used(1 << i)) for i, item in enumerate(items)
-                                                       if hi >= 1))
+        first = choice(EMPTY if lo == 0 else NEVER, *next_items(0, EMPTY))
         return cat(lex(self.p.open_array), first, lex(self.p.close_array))
 
     def _contains(self, shape: ArrShape) -> Term:
