@@ -22,7 +22,8 @@ What differs per backend:
     their keyword.
 
 Refusals are counted against a ceiling at today's counts per backend and draft, so they never grow back,
-and a share of the schemas (10 % on llguidance; 20 % on outlines, which refuses more keywords by name).
+and a share of the schemas (10 % on llguidance; 20 % on outlines, which refuses more keywords by name; issue
+33's 5 % on the drafts that reach it, DRAFT_SHARE).
 
 Targets, all asserted: 0 false accepts and 0 false rejects on every run.
 """
@@ -39,9 +40,11 @@ from grammar_helpers import nesting, suite_files, walk_suite_file
 from sprig.grammar import GrammarCompiler, GrammarError, JsonOptions
 
 # why: today's refusal counts; lower them as keywords become enforced, never raise them
-REFUSED_CEILING = {("llguidance", "draft2020-12"): 31, ("llguidance", "draft2019-09"): 29,
-                   ("llguidance", "draft7"): 16, ("llguidance", "draft6"): 16, ("llguidance", "draft4"): 14,
-                   ("outlines", "draft2020-12"): 69}
+REFUSED_CEILING = {("llguidance", "draft2020-12"): 28, ("llguidance", "draft2019-09"): 16,
+                   ("llguidance", "draft7"): 16, ("llguidance", "draft6"): 15, ("llguidance", "draft4"): 12,
+                   ("outlines", "draft2020-12"): 66}
+# why: issue 33's share (5 %), asserted on the drafts that reach it; the others keep their backend's share
+DRAFT_SHARE = {("llguidance", "draft2019-09"): 0.05}
 MIN_INSTANCES = {"draft2020-12": 1400, "draft2019-09": 1400, "draft7": 1100, "draft6": 900, "draft4": 700}
 LISTED_KEYWORDS = {  # item 1 of the issue: the outlines backend refusing one of these is a failure
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -87,6 +90,7 @@ SETTINGS = {  # backend -> (options per test group, what is wrong with a refusal
 @pytest.mark.parametrize("backend,draft", sorted(REFUSED_CEILING))
 def test_suite_walk(info, backend, draft):
     options_for, refusal_problem, check_model, max_share = SETTINGS[backend]
+    max_share = DRAFT_SHARE.get((backend, draft), max_share)
     rows, problems = [], []
     with GrammarCompiler(info, max_workers=1, isolate=False, backend=backend) as compiler:
         for path in suite_files(draft):
