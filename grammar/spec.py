@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+_ABSOLUTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 class GrammarKind(Enum):
@@ -46,6 +49,9 @@ class JsonOptions:
         `additionalProperties` have any other keys too (True, exact). False generates only the declared
         keys there, as OpenAI's strict structured outputs and xgrammar's strict mode do: a subset of the
         schema's language (output stays valid), much smaller automata, and no invented keys.
+    documents: other schema documents a `$ref` may name, as (absolute URI, schema JSON text) pairs, for
+        schemas split over several files (`{"$ref": "https://example.com/defs.json#/$defs/id"}`). Nothing is
+        fetched: a `$ref` to a document that is neither here nor an official meta-schema is refused.
     """
 
     whitespace: Whitespace = Whitespace.COMPACT
@@ -54,10 +60,19 @@ class JsonOptions:
     max_recursion_depth: int = 3
     any_value_depth: int = 2
     allow_extra_properties: bool = True
+    documents: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for pair in self.documents:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+                raise ValueError("documents: each entry must be a (URI, schema JSON text) pair of strings")
+            if not _ABSOLUTE_URI.match(pair[0]) or "#" in pair[0]:
+                raise ValueError(f"documents: {pair[0][:80]!r} is not an absolute URI without a fragment")
 
     def key(self) -> str:
+        docs = hashlib.sha256(json.dumps(self.documents).encode()).hexdigest()[:16] if self.documents else ""
         return (f"{self.whitespace.value}:{self.max_whitespace}:{int(self.strict)}:{self.max_recursion_depth}"
-                f":{self.any_value_depth}:{int(self.allow_extra_properties)}")
+                f":{self.any_value_depth}:{int(self.allow_extra_properties)}:{docs}")
 
 
 PARAM_BY_KIND = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,19 @@ def walk(compiled, text: str) -> bool:
 
 SUITE_ROOT = Path(__file__).parent / "data" / "json-schema-test-suite" / "tests"
 DRAFT_URIS = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
-              "draft7": "http://json-schema.org/draft-07/schema#"}
+              "draft2019-09": "https://json-schema.org/draft/2019-09/schema",
+              "draft7": "http://json-schema.org/draft-07/schema#",
+              "draft6": "http://json-schema.org/draft-06/schema#",
+              "draft4": "http://json-schema.org/draft-04/schema#"}
+
+
+REMOTES_ROOT = SUITE_ROOT.parent / "remotes"
+
+
+def suite_remotes() -> tuple[tuple[str, str], ...]:
+    """The suite's remote documents (what it serves at http://localhost:1234/), as `JsonOptions.documents`."""
+    return tuple((f"http://localhost:1234/{p.relative_to(REMOTES_ROOT).as_posix()}", p.read_text())
+                 for p in sorted(REMOTES_ROOT.rglob("*.json")))
 
 
 def suite_files(draft: str) -> list[Path]:
@@ -96,7 +109,7 @@ def walk_suite_file(compiler: Any, path: Path, draft: str, options_for: Callable
     for group in json.loads(path.read_text()):
         schema = in_draft(group["schema"], draft)
         where = f"{draft}/{name}: {group['description']}"
-        options = options_for(group)
+        options = dataclasses.replace(options_for(group), documents=suite_remotes())
         try:
             compiled = compiler.compile(GrammarSpec.json_schema(schema, options))
         except GrammarError as err:

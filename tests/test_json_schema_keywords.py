@@ -231,6 +231,19 @@ def test_unique_items_over_small_domains(compiler, schema):
     agrees(compiler, {"type": "array", **schema}, TAG_ARRAYS + [[0, 1, 2], [3, 3], [0, 1, 2, 3]])
 
 
+@pytest.mark.parametrize("schema", [
+    {"prefixItems": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}], "items": False, "uniqueItems": True},
+    {"prefixItems": [{"enum": ["a", "b"]}], "items": {"enum": ["a", "c"]}, "uniqueItems": True, "maxItems": 2},
+    {"prefixItems": [{"type": "boolean"}], "items": {"enum": [True, 1]}, "uniqueItems": True},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "items": [{"enum": ["a", "b"]}],
+     "additionalItems": {"enum": ["a", "c"]}, "uniqueItems": True},
+])
+def test_unique_items_after_a_prefix(compiler, schema):
+    agrees(compiler, {"type": "array", **schema}, [[], ["a"], ["b"], ["a", "b"], ["b", "b"], ["a", "c"], ["b", "a"],
+                                                   ["a", "c", "b"], ["b", "c", "a"], [True], [True, 1], [True, True],
+                                                   [False, 1, True], [False, True], [1]])
+
+
 @pytest.mark.parametrize("schema", [{"type": "array", "uniqueItems": True},
                                     {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
                                     {"not": {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}}])

@@ -32,7 +32,7 @@ def schema_to_regex_tree(schema: str | dict[str, Any] | bool, options: JsonOptio
     """The regex tree of the JSON texts that are valid instances of `schema` (in sprig's spelling)."""
     root = load_schema(schema)
     check_schema_shape(root, "")
-    doc = SchemaDocument.index(root)
+    doc = SchemaDocument.index(root, dict(options.documents))
     emitter = Emitter(Evaluator(doc, options), options)
     try:
         node = emitter.expr(Node(""), (), 0)

@@ -37,12 +37,21 @@ def finite_domain(vs: ValueSet) -> list[str] | None:
     return out
 
 
-def object_domain(ev: Evaluator, p: Punctuation, vs: ValueSet) -> list[ir.Node] | None:
+def unique_domain(ev: Evaluator, p: Punctuation, vs: ValueSet) -> list[tuple[object, ir.Node]] | None:
+    """The distinct values of a small finite set, each keyed by its identity and spelled one way: scalars as
+    canonical literals, else closed objects (`object_domain`); None if neither."""
+    scalars = finite_domain(vs)
+    if scalars is not None:
+        return [(text, ir.lit(text)) for text in scalars]
+    return object_domain(ev, p, vs)
+
+
+def object_domain(ev: Evaluator, p: Punctuation, vs: ValueSet) -> list[tuple[object, ir.Node]] | None:
     """Each value of a set of closed objects with finitely many scalar values per key, spelled in
     declared order (one spelling per distinct object, so "used" masks count values); None if not so."""
     if not vs.objects or replace(vs, objects=()) != ValueSet.bottom():
         return None
-    out: dict[frozenset[tuple[str, str]], ir.Node] = {}
+    out: dict[object, ir.Node] = {}
     for shape in vs.objects:
         if (shape.patterns or shape.some or shape.counted()
                 or ev.eval_child(shape.additional, ()) != ValueSet.bottom()):
@@ -60,4 +69,4 @@ def object_domain(ev: Evaluator, p: Punctuation, vs: ValueSet) -> list[ir.Node] 
             members = [ir.seq(ir.lit(dumps(k)), p.colon, ir.lit(v)) for k, v in pairs]
             body = [x for i, m in enumerate(members) for x in ((p.comma, m) if i else (m,))]
             out.setdefault(frozenset(pairs), ir.seq(p.open_object, *body, p.close_object))
-    return list(out.values())
+    return list(out.items())

@@ -89,6 +89,7 @@ MAX_ENUM = 10_000
 MAX_BRANCHES = 1024  # allOf / anyOf / prefixItems
 MAX_ONE_OF = 128  # why: exactness checks every pair of oneOf branches
 MAX_EXPONENT, MAX_DIGITS = 400, 400  # why: beyond doubles' range the digit-range regexes only grow
+RECURSIVE_KEYWORDS = ("$recursiveRef", "$recursiveAnchor")  # draft 2019-09's dynamic references
 HANDLED = frozenset(NUMBER_KEYS + STRING_KEYS + ARRAY_KEYS + OBJECT_KEYS + DEPENDENCY_KEYWORDS + (
     "multipleOf", "$dynamicRef", "$dynamicAnchor", "type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "$ref", "if"))
 
@@ -240,6 +241,8 @@ class Evaluator:
         for key in node:
             if key in HANDLED or key in ANNOTATIONS or _trivial(key, node):
                 continue
+            if key in RECURSIVE_KEYWORDS and self.doc.draft == 2019:
+                continue
             if key in VOCABULARY or self.options.strict:
                 raise unsupported(key, child_pointer(pointer, key))
         schema = node.get("$schema")
@@ -284,6 +287,10 @@ class Evaluator:
         """The target of a `$dynamicRef` (here: only where dynamic scope cannot change it)."""
         return self.doc.resolve_dynamic(ref, pointer)
 
+    def _recursive_ref(self, pointer: str, path: tuple[str, ...]) -> str:
+        """The target of a `$recursiveRef` (here: only where dynamic scope cannot change it)."""
+        return self.doc.resolve_recursive(pointer)
+
     def _applicators(self, node: dict[str, Any], pointer: str, path: tuple[str, ...]):
         for key in ("allOf", "anyOf", "oneOf"):
             if key in node:
@@ -303,6 +310,10 @@ class Evaluator:
             if not isinstance(node["$dynamicRef"], str):
                 raise invalid_schema("$dynamicRef must be a string", child_pointer(pointer, "$dynamicRef"))
             yield Ref(self._dynamic_ref(node["$dynamicRef"], pointer, path), child_pointer(pointer, "$dynamicRef"))
+        if "$recursiveRef" in node and self.doc.draft == 2019:
+            if node["$recursiveRef"] != "#":
+                raise unsupported("$recursiveRef", child_pointer(pointer, "$recursiveRef"), 'only "#"')
+            yield Ref(self._recursive_ref(pointer, path), child_pointer(pointer, "$recursiveRef"))
 
     def _strings(self, node: dict[str, Any], pointer: str) -> ValueSet:
         lo = _count(node, "minLength", pointer, 0) or 0

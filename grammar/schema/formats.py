@@ -2,7 +2,7 @@
 
 Exact for date, date-time, time (RFC 3339, leap years and leap seconds included), uuid, ipv4, ipv6 and uri
 (RFC 3986). Two are deliberate subsets, so that the grammar never accepts an invalid value:
-  * hostname: RFC 1123 labels without "--" in positions 3-4 (reserved), plus IDNA A-labels ("xn--" and LDH
+  * hostname: RFC 1123 labels (a label starting "xn--" only as an IDNA A-label: "xn--" and LDH
     characters here; whether one is valid needs Punycode decoding and the IDNA2008 rules, which no regex
     does, so schema/labels.py decides it in the matcher): a first label of up to 63 characters and up to
     4 more of up to 20, which keeps the 253-character total. Every counted character is a state of the
@@ -81,9 +81,11 @@ def _uri() -> str:
 
 
 def _label(max_len: int) -> str:
+    """An RFC 1123 label that does not start with "xn--" (those are `_a_label`s); "ab--cd" is one."""
     a, ldh = "[A-Za-z0-9]", "[A-Za-z0-9-]"
+    not_xn = f"(?:[A-WYZa-wyz0-9]{ldh}|[Xx][A-MO-Za-mo-z0-9-])"
     return (f"(?:{a}|{a}{a}|{a}{ldh}{a}|{a}{ldh}{ldh}{a}"
-            f"|{a}{ldh}(?:{a}{ldh}|-{a}){ldh}{{0,{max_len - 5}}}{a})")
+            f"|{not_xn}{ldh}{ldh}{ldh}{{0,{max_len - 5}}}{a}|[Xx][Nn](?:{a}{ldh}|-{a}){ldh}{{0,{max_len - 5}}}{a})")
 
 
 def _a_label(max_len: int) -> str:

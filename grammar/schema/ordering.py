@@ -31,7 +31,8 @@ class SchemaOrderer:
         """spelling: the grammar's number spellings (default: the llguidance backend's for the schema's draft;
         `Spelling.CANONICAL` for the outlines backend)."""
         self.options = options or JsonOptions()
-        self.ev = FlatEvaluator(SchemaDocument.index(load_schema(schema)), self.options)  # why: no depth bound
+        self.ev = FlatEvaluator(SchemaDocument.index(load_schema(schema), dict(self.options.documents)),
+                                 self.options)  # why: no depth bound
         self.item_sep, self.key_sep = Punctuation(self.options).separator_text()
         # why: drafts 6+ accept every spelling of a number (spellings.py), so a float keeps json.dumps's `2.0`
         self.floats_as_written = (spelling or Spelling.for_draft(self.ev.doc.draft)) is Spelling.ANY

@@ -3,15 +3,20 @@
 Resolution follows JSON Schema 2020-12 for references inside one document: `$id` sets the base URI of a
 schema resource (relative ids resolve against the enclosing one), `$anchor` names a location, and a `$ref`
 is resolved against the base in effect, then looked up as a resource plus a JSON-pointer or anchor fragment.
-References to documents that are not inside the schema (remote refs, the meta-schema) are refused.
+A `$ref` to another document finds it among the caller's documents by URI (`JsonOptions.documents`), then
+among the official meta-schemas (the `jsonschema_specifications` package); it is indexed when first named,
+its locations written `@N/...` (N: the order documents were loaded in). Any other document is refused.
 Drafts 4 to 7 (by the root's `$schema`) differ in three ways handled here: the id keyword is `id` in draft 4,
 an id may be a plain-name fragment (`"$id": "#foo"`, an anchor), and a `$ref` makes its sibling keywords
-(its sibling id included) be ignored (`ref_overrides`; the evaluator reads only the `$ref` there).
+(its sibling id included) be ignored (`ref_overrides`; the evaluator reads only the `$ref` there). Draft
+2019-09's `$recursiveAnchor: true` (at a resource root) binds a dynamic anchor of its own name, which
+`$recursiveRef: "#"` follows where its static target has one, like 2020-12's `$dynamicRef`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urljoin
@@ -19,6 +24,7 @@ from urllib.parse import unquote, urljoin
 from sprig.grammar.errors import GrammarError, invalid_schema, too_complex, unsupported
 
 DEFAULT_BASE = "https://sprig.invalid/schema.json"
+RECURSIVE_ANCHOR = "#recursive"  # the dynamic-scope name of $recursiveAnchor (no $dynamicAnchor has a "#")
 MAX_SCHEMA_DEPTH = 200  # why: deeper documents are rejected before anything recursive runs on them
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
@@ -56,6 +62,9 @@ class SchemaDocument:
     dynamic_anchors: dict[str, int] = field(default_factory=dict)  # $dynamicAnchor name -> how many
     # resource root pointer -> {dynamic anchor name: its pointer}: what entering that resource binds
     dynamic_scope: dict[str, dict[str, str]] = field(default_factory=dict)
+    recursive: set[str] = field(default_factory=set)  # draft 2019-09: resource roots with $recursiveAnchor true
+    documents: Mapping[str, str] = field(default_factory=dict)  # other documents' texts by URI, parsed when named
+    loaded: list[Any] = field(default_factory=list)  # the roots of the other documents indexed so far: @0, @1, ...
 
     @property
     def ref_overrides(self) -> bool:
@@ -63,20 +72,40 @@ class SchemaDocument:
         return self.draft <= 7
 
     @classmethod
-    def index(cls, root: Any) -> SchemaDocument:
-        doc = cls(root, draft=draft_of(root))
+    def index(cls, root: Any, documents: Mapping[str, str] | None = None) -> SchemaDocument:
+        """Index `root`; `documents` (schema texts by URI) are what a `$ref` to another document may name."""
+        doc = cls(root, draft=draft_of(root), documents=documents or {})
         doc.resources[DEFAULT_BASE] = ""
-        stack: list[tuple[Any, str, str, int]] = [(root, "", DEFAULT_BASE, 0)]
+        doc._walk(root, "", DEFAULT_BASE)
+        return doc
+
+    def _walk(self, root: Any, pointer: str, base: str) -> None:
+        stack: list[tuple[Any, str, str, int]] = [(root, pointer, base, 0)]
         while stack:
             node, pointer, base, depth = stack.pop()
             if depth > MAX_SCHEMA_DEPTH:
                 raise too_complex(f"schema nested deeper than {MAX_SCHEMA_DEPTH} levels", pointer)
-            base = doc._enter(node, pointer, base)
+            base = self._enter(node, pointer, base)
             if isinstance(node, dict):
                 for key, child_ptr, child in _children(node, pointer):
                     del key
                     stack.append((child, child_ptr, base, depth + 1))
-        return doc
+
+    def _load(self, uri: str, where: str) -> bool:
+        """Index the document at `uri` (the caller's, else an official meta-schema); False if there is none."""
+        from sprig.grammar.schema.load import load_schema
+
+        text = self.documents.get(uri)
+        root = load_schema(text) if text is not None else meta_schema(uri)
+        if root is None:
+            return False
+        if isinstance(root, dict) and "$schema" in root and draft_of(root) != self.draft:
+            raise unsupported("$ref", where, f"a document of another draft ({uri[:80]})")
+        prefix = f"@{len(self.loaded)}"
+        self.loaded.append(root)
+        self.resources.setdefault(uri, prefix)
+        self._walk(root, prefix, uri)
+        return True
 
     def _enter(self, node: Any, pointer: str, base: str) -> str:
         self.nodes[pointer] = node
@@ -93,6 +122,9 @@ class SchemaDocument:
                 name = node["$dynamicAnchor"]
                 self.dynamic_anchors[name] = self.dynamic_anchors.get(name, 0) + 1
                 self.dynamic_scope.setdefault(self.resources.get(base, ""), {}).setdefault(name, pointer)
+            if self.draft == 2019 and node.get("$recursiveAnchor") is True and self.resources.get(base) == pointer:
+                self.recursive.add(pointer)  # why: $recursiveRef binds like a $dynamicAnchor of its own name
+                self.dynamic_scope.setdefault(pointer, {}).setdefault(RECURSIVE_ANCHOR, pointer)
             for key in ("$anchor", "$dynamicAnchor"):  # a $dynamicAnchor is also a plain anchor for $ref
                 if isinstance(node.get(key), str):
                     self.anchors.setdefault(f"{base}#{node[key]}", pointer)
@@ -108,11 +140,20 @@ class SchemaDocument:
                               "several dynamic anchors of that name: the target depends on the dynamic scope")
         return self.resolve(ref, at)
 
+    def resolve_recursive(self, at: str) -> str:
+        """Draft 2019-09's `$recursiveRef: "#"`, where it means `$ref: "#"`: at most one resource has
+        `$recursiveAnchor: true`, so dynamic scope cannot pick another target."""
+        target = self.resolve("#", at)
+        if target in self.recursive and len(self.recursive) > 1:
+            raise unsupported("$recursiveRef", child_pointer(at, "$recursiveRef"),
+                              "several $recursiveAnchor resources: the target depends on the dynamic scope")
+        return target
+
     def resolve(self, ref: str, at: str) -> str:
         """The JSON pointer (from the document root) that `$ref: ref` at location `at` refers to."""
         target = join_uri(self.base_of.get(at, DEFAULT_BASE), ref)
         uri, _, fragment = target.partition("#")
-        if uri not in self.resources:
+        if uri not in self.resources and not self._load(uri, child_pointer(at, "$ref")):
             raise unsupported("$ref", child_pointer(at, "$ref"), f"reference to a document outside the schema ({ref[:80]})")
         resource = self.resources[uri]
         if fragment and not fragment.startswith("/"):
@@ -128,8 +169,9 @@ class SchemaDocument:
         """The value at a JSON pointer (indexed subschemas first, else by walking the document)."""
         if pointer in self.nodes:
             return self.nodes[pointer]
-        node = self.root
-        for raw in pointer.split("/")[1:]:
+        head, slash, rest = pointer.partition("/")
+        node = self.loaded[int(head[1:])] if head else self.root  # why: "@N/..." is in the N-th other document
+        for raw in rest.split("/") if slash else []:
             token = raw.replace("~1", "/").replace("~0", "~")
             try:
                 node = node[int(token)] if isinstance(node, list) else node[token]
@@ -138,13 +180,28 @@ class SchemaDocument:
         if not (isinstance(node, dict | bool)):
             raise invalid_schema("$ref to something that is not a schema", where)
         self.nodes[pointer] = node
-        self.base_of.setdefault(pointer, self.base_of.get("", DEFAULT_BASE))
+        self.base_of.setdefault(pointer, self.base_of.get(head, DEFAULT_BASE))
         return node
 
 
 DRAFTS = {"http://json-schema.org/draft-04/schema": 4, "http://json-schema.org/draft-06/schema": 6,
           "http://json-schema.org/draft-07/schema": 7, "https://json-schema.org/draft/2019-09/schema": 2019,
           "https://json-schema.org/draft/2020-12/schema": 2020}
+
+
+def meta_schema(uri: str) -> Any:
+    """An official meta-schema (or vocabulary meta-schema) by URI, parsed with exact decimals; None if unknown."""
+    import json
+
+    from jsonschema_specifications import REGISTRY
+
+    from sprig.grammar.schema.load import load_schema
+
+    try:
+        contents = REGISTRY.contents(uri)
+    except LookupError:  # why: referencing's NoSuchResource is a KeyError
+        return None
+    return load_schema(json.dumps(contents))
 
 
 def draft_of(root: Any) -> int:

@@ -6,6 +6,7 @@ real recursion (no depth bound), an unconstrained value is a recursive `value` r
 `maxItems: 10` of an object is ten references to one rule, not ten copies of its automaton. Leaves
 (strings with their patterns and formats, bounded numbers, literals) stay sprig's exact regexes, each one
 lexeme. Objects are written with declared keys first, in schema order, then other keys, as before.
+Longer than 450 lines: one emitter, whose per-keyword methods share its rule table and names.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from sprig.grammar.errors import GrammarTooComplex, invalid_schema, too_complex,
 from sprig.grammar.llg.cfg import EMPTY, NEVER, Grammar, LexAnd, Sym, Term, cat, choice, lex, opt, repeat
 from sprig.grammar.regex import ir
 from sprig.grammar.schema import intsteps, strings
-from sprig.grammar.schema.domains import MAX_UNIQUE_DOMAIN, finite_domain, object_domain
+from sprig.grammar.schema.domains import MAX_UNIQUE_DOMAIN, unique_domain
 from sprig.grammar.schema.evaluator import Evaluator
 from sprig.grammar.schema.json_text import ANY_STRING, FALSE, NULL, TRUE, Punctuation, dumps, json_string
 from sprig.grammar.schema.load import load_schema
-from sprig.grammar.schema.refs import SchemaDocument, check_schema_shape
+from sprig.grammar.schema.refs import RECURSIVE_ANCHOR, SchemaDocument, check_schema_shape
 from sprig.grammar.schema.spellings import (
     JSON_NUMBER_ZEROS,
     Spelling,
@@ -118,6 +119,13 @@ class FlatEvaluator(Evaluator):
         node = self.doc.lookup(target)
         if isinstance(node, dict) and node.get("$dynamicAnchor") == name:
             return dict(zip(path[::2], path[1::2], strict=True)).get(name, target)
+        return target
+
+    def _recursive_ref(self, pointer: str, path: tuple[str, ...]) -> str:
+        """The outermost `$recursiveAnchor` resource in scope, where the static target is one (2019-09)."""
+        target = self.doc.resolve("#", pointer)
+        if target in self.doc.recursive:
+            return dict(zip(path[::2], path[1::2], strict=True)).get(RECURSIVE_ANCHOR, target)
         return target
 
 
@@ -223,30 +231,34 @@ class CfgEmitter:
         return cat(lex(self.p.open_array), body, lex(self.p.close_array))
 
     def _unique(self, shape: ArrShape) -> Term:
-        """uniqueItems over a small finite domain: one rule per set of values used so far."""
-        if shape.prefix or shape.contains:
-            raise unsupported("uniqueItems", shape.unique, "only without prefixItems and contains")
-        domain = self.ev.eval_child(shape.items, ())
-        values = finite_domain(domain)
-        texts = [ir.lit(text) for text in values] if values is not None else object_domain(self.ev, self.p, domain)
-        if texts is None or len(texts) > MAX_UNIQUE_DOMAIN:
+        """uniqueItems over a small finite domain: one rule per set of values used so far (distinct items, so
+        the set's size is the position, which picks the prefixItems entry or the items rule)."""
+        if shape.contains:
+            raise unsupported("uniqueItems", shape.unique, "only without contains")
+        domains = [unique_domain(self.ev, self.p, self.ev.eval_child(e, ())) for e in (*shape.prefix, shape.items)]
+        values = dict(kv for d in domains for kv in d or ())
+        if any(d is None for d in domains) or len(values) > MAX_UNIQUE_DOMAIN:
             raise unsupported("uniqueItems", shape.unique, f"items with more than {MAX_UNIQUE_DOMAIN} possible values")
-        items = [lex(text) for text in texts]
-        lo, hi = shape.min_items, len(items) if shape.max_items is None else min(shape.max_items, len(items))
+        keys = list(values)
+        at = [[keys.index(k) for k, _ in d or ()] for d in domains]  # why: per position; the last one repeats
+        items = [lex(node) for node in values.values()]
+        lo, hi = shape.min_items, len(values) if shape.max_items is None else min(shape.max_items, len(values))
         base, comma = f"u{len(self._names)}_{len(self.grammar.rules)}", lex(self.p.comma)
+
+        def next_items(mask: int, sep: Term) -> list[Term]:
+            n = bin(mask).count("1")
+            return [cat(sep, items[i], used(mask | 1 << i)) for i in at[min(n, len(at) - 1)]
+                    if not mask >> i & 1 and n < hi]
 
         def used(mask: int) -> Term:
             name = f"{base}_{mask}"
             if name not in self.grammar.rules:
                 self.grammar.add(name, NEVER)
-                n = bin(mask).count("1")
-                self.grammar.rules[name] = choice(EMPTY if n >= lo else NEVER, *(
-                    cat(comma, item, used(mask | 1 << i)) for i, item in enumerate(items)
-                    if not mask >> i & 1 and n < hi))
+                self.grammar.rules[name] = choice(EMPTY if bin(mask).count("1") >= lo else NEVER,
+                                                  *next_items(mask, comma))
             return Sym(name)
 
-        first = choice(EMPTY if lo == 0 else NEVER, *(cat(item, used(1 << i)) for i, item in enumerate(items)
-                                                       if hi >= 1))
+        first = choice(EMPTY if lo == 0 else NEVER, *next_items(0, EMPTY))
         return cat(lex(self.p.open_array), first, lex(self.p.close_array))
 
     def _contains(self, shape: ArrShape) -> Term:
@@ -428,7 +440,7 @@ def schema_to_grammar(schema: str, options: JsonOptions) -> Grammar:
     """The grammar of the JSON texts that are valid instances of `schema` (in sprig's spelling)."""
     root = load_schema(schema)
     check_schema_shape(root, "")
-    doc = SchemaDocument.index(root)
+    doc = SchemaDocument.index(root, dict(options.documents))
     try:
         grammar = CfgEmitter(FlatEvaluator(doc, options), options).build(Node(""))
     except RecursionError:
