@@ -1,7 +1,10 @@
 """The same compile + masked walk with sprig, xgrammar and llguidance, for `grammar_bench.py`.
 
 Each engine compiles a JSON schema for one tokenizer (cold: its caches off or fresh; sprig in its compile
-worker, with the engine's limits of 60 s and 4 GiB, so a schema over them is reported as refused), then walks a valid
+worker, with the engine's limits of 60 s and 4 GiB, so a schema over them is reported as refused). Compile time
+is what a caller waits for until it can ask for the first mask: for sprig the worker's translation, the round
+trip and llguidance's `LLMatcher` build (which computes the initial mask); for llguidance its `LLMatcher` build
+from the schema (the same initial mask); for xgrammar `compile_json_schema` (its token mask cache). Then it walks a valid
 instance token by token: fill the next-token bitmask (timed), check the token is allowed, accept it. A peer
 that is not installed is skipped with a note; one that rejects the instance records where. xgrammar gets the
 tokenizer's raw token bytes (VocabType.RAW), llguidance the tokenizer through its Hugging Face wrapper; both
@@ -29,7 +32,9 @@ class WalkResult:
     engine: str
     vocab: int
     schema: str
-    compile_s: float | None = None
+    compile_s: float | None = None  # wall time of the whole compile, as the caller waits for it
+    translate_s: float | None = None  # sprig (llguidance backend): spec -> Lark text, in the compile worker
+    build_s: float | None = None  # sprig: llguidance's LLMatcher build (lexer, initial mask) in this process
     mask_p50_us: float | None = None
     mask_p99_us: float | None = None
     cold_p99_us: float | None = None  # the first walk, where row caches are empty
@@ -113,6 +118,9 @@ def sprig_walk(compiler: GrammarCompiler, name: str, schema: dict, ids: list[int
         result.error = f"{exc.code} after {time.perf_counter() - t0:.0f} s: {exc.message[:70]}"
         return result
     result.compile_s = time.perf_counter() - t0
+    translate = getattr(compiled, "translate_time_s", None)  # why: only the llguidance backend splits its time
+    if translate is not None:
+        result.translate_s, result.build_s = translate, compiled.compile_time_s - translate
     bitmask = allocate_token_bitmask(1, info.vocab_size)
 
     def walker():
@@ -164,10 +172,11 @@ def llguidance_walk(info: TokenizerInfo, name: str, schema: dict, ids: list[int]
         json.dumps(schema), defaults={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"})
     t0 = time.perf_counter()
     matcher = llguidance.LLMatcher(tokenizer, grammar)  # why: llguidance compiles here, lazily after
-    result.compile_s = time.perf_counter() - t0
-    if matcher.is_error():
+    seconds = time.perf_counter() - t0
+    if matcher.is_error():  # why: a refused schema has no compile time (it counts as not compiled)
         result.error = f"compile error: {matcher.get_error()[:100]}"
         return result
+    result.compile_s = seconds
     bitmask = lt.allocate_token_bitmask(1, info.vocab_size)
 
     def walker():

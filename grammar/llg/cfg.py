@@ -139,14 +139,17 @@ class Grammar:
 
     def prune(self) -> bool:
         """Drop everything that derives no finite string; False if the start rule itself derives none."""
+        users: dict[str, list[str]] = {}  # rule -> the rules whose bodies refer to it
+        for name, body in self.rules.items():
+            for used in _refs(body):
+                users.setdefault(used, []).append(name)
         live: set[str] = set()
-        changed = True
-        while changed:  # why: least fixpoint of "some alternative has only productive parts"
-            changed = False
-            for name, body in self.rules.items():
-                if name not in live and _productive(body, live):
-                    live.add(name)
-                    changed = True
+        todo = list(self.rules)
+        while todo:  # why: least fixpoint of "some alternative has only productive parts", by worklist
+            name = todo.pop()
+            if name not in live and _productive(self.rules[name], live):
+                live.add(name)
+                todo.extend(user for user in users.get(name, ()) if user not in live)
         self.rules = {name: _pruned(body, live) for name, body in self.rules.items() if name in live}
         return self.start in live
 
@@ -177,6 +180,17 @@ def _renamed(term: Term, prefix: str) -> Term:
     if isinstance(term, Repeat):
         return Repeat(_renamed(term.item, prefix), term.lo, term.hi)
     return term
+
+
+def _refs(term: Term) -> set[str]:
+    """The rules `term` refers to."""
+    if isinstance(term, Sym):
+        return {term.name}
+    if isinstance(term, Cat | Choice):
+        return set().union(*(_refs(i) for i in term.items))
+    if isinstance(term, Repeat):
+        return _refs(term.item)
+    return set()
 
 
 def _productive(term: Term, live: set[str]) -> bool:

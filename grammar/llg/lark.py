@@ -47,6 +47,7 @@ class CompiledLark:
     nbytes: int
     template: Any = field(repr=False)  # llguidance.LLMatcher in its initial state; copied per request
     backend: Backend = Backend.LLGUIDANCE
+    translate_time_s: float = 0.0  # the worker's spec -> Lark part of compile_time_s (the rest: llguidance's build)
 
     @property
     def regex(self) -> str:
@@ -121,7 +122,7 @@ def finish(spec: GrammarSpec, build: LarkBuild, info: TokenizerInfo) -> Compiled
     if matcher.is_error():
         raise _grammar_error(spec, matcher.get_error())
     seconds = build.seconds + time.perf_counter() - start
-    return CompiledLark(spec, build.lark, info, seconds, len(build.lark), matcher)
+    return CompiledLark(spec, build.lark, info, seconds, len(build.lark), matcher, translate_time_s=build.seconds)
 
 
 def _grammar_error(spec: GrammarSpec, message: str) -> GrammarError:
