@@ -5,6 +5,7 @@ locations (array items, property values) stay lazy `Expr`s inside shapes, so rec
 unfolds as far as the emitter descends; `path` lists the `$ref` targets entered on the way down, and a
 target entered more than `max_recursion_depth` times allows nothing there. A `$ref` that comes back to the
 same instance location without descending is a cycle and an error.
+Longer than 450 lines: one keyword dispatch over a schema node, whose per-keyword readers share its state.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sprig.grammar.errors import GrammarError, GrammarErrorCode, invalid_schema,
 from sprig.grammar.regex.pattern import PatternSyntaxError, PatternUnsupported
 from sprig.grammar.schema import strings
 from sprig.grammar.schema.formats import SUPPORTED_FORMATS
+from sprig.grammar.schema.load import parse_json
 from sprig.grammar.schema.numbers import NumSet
 from sprig.grammar.schema.refs import SchemaDocument, child_pointer
 from sprig.grammar.schema.rewrites import (
@@ -104,13 +106,6 @@ def canonical(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(canonical(v) for v in value) + "]"
     return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonical(v) for k, v in value.items()) + "}"
-
-
-def parse_json(text: str) -> Any:
-    """json.loads with exact decimals and without NaN/Infinity."""
-    def reject(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-    return json.loads(text, parse_float=Decimal, parse_constant=reject)
 
 
 def literal_set(value: Any) -> ValueSet:

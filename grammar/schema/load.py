@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from sprig.grammar.errors import GrammarError, too_complex
-from sprig.grammar.schema.evaluator import parse_json
 
 MAX_SCHEMA_CHARS = 4_000_000
+
+
+def parse_json(text: str) -> Any:
+    """json.loads with exact decimals and without NaN/Infinity."""
+    def reject(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_float=Decimal, parse_constant=reject)
 
 
 def load_schema(schema: str | dict[str, Any] | bool) -> Any:

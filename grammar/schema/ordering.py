@@ -13,9 +13,9 @@ from decimal import Decimal
 from typing import Any
 
 from sprig.grammar.schema import intsteps, strings
-from sprig.grammar.schema.evaluator import canonical, parse_json
+from sprig.grammar.schema.evaluator import canonical
 from sprig.grammar.schema.json_text import Punctuation
-from sprig.grammar.schema.load import load_schema
+from sprig.grammar.schema.load import load_schema, parse_json
 from sprig.grammar.schema.refs import SchemaDocument
 from sprig.grammar.schema.spellings import Spelling
 from sprig.grammar.schema.to_cfg import FlatEvaluator

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin
 
 from sprig.grammar.errors import GrammarError, invalid_schema, too_complex, unsupported
+from sprig.grammar.schema.load import load_schema
 
 DEFAULT_BASE = "https://sprig.invalid/schema.json"
 RECURSIVE_ANCHOR = "#recursive"  # the dynamic-scope name of $recursiveAnchor (no $dynamicAnchor has a "#")
@@ -93,8 +94,6 @@ class SchemaDocument:
 
     def _load(self, uri: str, where: str) -> bool:
         """Index the document at `uri` (the caller's, else an official meta-schema); False if there is none."""
-        from sprig.grammar.schema.load import load_schema
-
         text = self.documents.get(uri)
         root = load_schema(text) if text is not None else meta_schema(uri)
         if root is None:
@@ -194,8 +193,6 @@ def meta_schema(uri: str) -> Any:
     import json
 
     from jsonschema_specifications import REGISTRY
-
-    from sprig.grammar.schema.load import load_schema
 
     try:
         contents = REGISTRY.contents(uri)
