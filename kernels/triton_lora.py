@@ -40,11 +40,11 @@ def _lora_kernel(x_ptr, y_ptr, a_ptr, b_ptr, ranks_ptr, slots_ptr, parts_ptr, K,
             k_ok = ks < K
             x = tl.load(x_ptr + t.to(tl.int64) * x_stride + ks, mask=k_ok, other=0.0).to(tl.float32)
             a = tl.load(a_ptr + s * K * PR + ks[:, None] * PR + p * R + rs[None, :],
-                        mask=k_ok[:, None] & r_ok[None, :], other=0.0)
+                        mask=k_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)
             h += tl.sum(x[:, None] * a, axis=0)
         c_ok = cols < width
         b = tl.load(b_ptr + s * R * NB + rs[:, None] * NB + bcol + cols[None, :], mask=r_ok[:, None] & c_ok[None, :],
-                    other=0.0)
+                    other=0.0).to(tl.float32)
         y_row = y_ptr + t.to(tl.int64) * y_stride + ycol + cols
         y = tl.load(y_row, mask=c_ok, other=0.0).to(tl.float32)
         tl.store(y_row, (y + tl.sum(h[:, None] * b, axis=0)).to(y_ptr.dtype.element_ty), mask=c_ok)

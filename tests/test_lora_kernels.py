@@ -27,19 +27,21 @@ SPANS = {"one": [(20, 100)], "fused": [(0, 70), (70, 13), (83, 40)], "gap": [(3,
 WIDTH = 140
 
 
-def _weights(spans, k: int, r: int, seed: int, ranks: tuple[int, ...] = (16, 8, 3, 16)) -> LoraWeights:
-    w = LoraWeights.zeros(4, k, r, spans, torch.tensor(ranks, dtype=torch.int64))
+def _weights(spans, k: int, r: int, seed: int, ranks: tuple[int, ...] = (16, 8, 3, 16),
+             dtype: torch.dtype = torch.float32) -> LoraWeights:
+    w = LoraWeights.zeros(4, k, r, spans, torch.tensor(ranks, dtype=torch.int64), dtype)
     g = torch.Generator().manual_seed(seed)
     for p in range(len(spans)):
         a_t, b_t = w.module(p)
         for i, rank in enumerate(ranks):  # zero past each slot's rank, as the pool keeps them
-            a_t[i, :, :rank] = torch.randn(k, rank, generator=g) * 0.1
-            b_t[i, :rank] = torch.randn(rank, b_t.shape[2], generator=g) * 0.1
+            a_t[i, :, :rank] = (torch.randn(k, rank, generator=g) * 0.1).to(dtype)
+            b_t[i, :rank] = (torch.randn(rank, b_t.shape[2], generator=g) * 0.1).to(dtype)
     return w
 
 
-def _case(slots: list[int], dtype: torch.dtype, spans: str = "one", k: int = 72, r: int = 16, seed: int = 0):
-    w = _weights(SPANS[spans], k, r, seed)
+def _case(slots: list[int], dtype: torch.dtype, spans: str = "one", k: int = 72, r: int = 16, seed: int = 0,
+          wdtype: torch.dtype = torch.float32):
+    w = _weights(SPANS[spans], k, r, seed, dtype=wdtype)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(len(slots), k, generator=g).to(dtype)
     y = torch.randn(len(slots), WIDTH, generator=g).to(dtype)
@@ -52,14 +54,15 @@ def _dense(x, y, w: LoraWeights, slots):
         a_t, b_t = w.module(p)
         for t, s in enumerate(slots):
             if s >= 0:
-                out[t, ycol : ycol + width] += (x[t].float() @ a_t[s]) @ b_t[s]
+                out[t, ycol : ycol + width] += (x[t].float() @ a_t[s].float()) @ b_t[s].float()
     return out
 
 
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("spans", SPANS)
 @pytest.mark.parametrize("slots", SLOTS)
-def test_reference_equals_the_dense_product_and_skips_base_rows(slots, spans):
-    x, y, w, batch = _case(slots, torch.float32, spans)
+def test_reference_equals_the_dense_product_and_skips_base_rows(slots, spans, wdtype):
+    x, y, w, batch = _case(slots, torch.float32, spans, wdtype=wdtype)
     before = y.clone()
     lora_add_(y, x, w, batch)
     torch.testing.assert_close(y, _dense(x, before, w, slots), rtol=1e-5, atol=1e-5)
@@ -80,9 +83,11 @@ def test_segments_group_runs_of_one_adapter():
 @pytest.mark.parametrize("isa", path_params(VecIsa, BEST))
 @pytest.mark.parametrize("spans", SPANS)
 @pytest.mark.parametrize("slots", SLOTS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_c_kernel_equals_the_reference(isa, slots, spans, dtype):
-    x, y, w, batch = _case(slots, dtype, spans, seed=len(slots))
+@pytest.mark.parametrize("dtype,wdtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                          (torch.bfloat16, torch.bfloat16), (torch.float32, torch.bfloat16)])
+def test_c_kernel_equals_the_reference(isa, slots, spans, dtype, wdtype):
+    """x / y and the pool's weights each fp32 or bf16 (a bf16 model's pool is bf16); sums in fp32 throughout."""
+    x, y, w, batch = _case(slots, dtype, spans, seed=len(slots), wdtype=wdtype)
     ref = y.clone()
     lora_add_(ref, x, w, batch)
     cpu_lora_add_(y, x, w, batch, isa=int(isa))
@@ -92,11 +97,12 @@ def test_c_kernel_equals_the_reference(isa, slots, spans, dtype):
 
 @needs_kernels
 @pytest.mark.parametrize("isa", path_params(VecIsa, BEST))
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("r", [5, 40, 64, 80])
-def test_c_kernel_takes_every_rank_and_a_long_input(isa, r):
+def test_c_kernel_takes_every_rank_and_a_long_input(isa, r, wdtype):
     """Ranks that fill 1-4 vectors of 16 and more (three modules: up to 15 at once), K past the unrolled sums."""
     slots = [0, 0, 0, 0, 0, 1, 1, 2, -1, 3, 3, 3]
-    w = _weights(SPANS["fused"], 301, r, seed=r, ranks=(r, max(1, r // 2), 1, r))
+    w = _weights(SPANS["fused"], 301, r, seed=r, ranks=(r, max(1, r // 2), 1, r), dtype=wdtype)
     x = torch.randn(len(slots), 301)
     y = torch.randn(len(slots), WIDTH)
     ref = y.clone()
@@ -112,13 +118,14 @@ def test_c_kernel_refuses_a_slot_past_the_pool():
         cpu_lora_add_(y, x, w, LoraBatch.build([0, 4]))
 
 
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("spans", SPANS)
 @pytest.mark.parametrize("slots", SLOTS)
-def test_triton_twin_equals_the_reference(slots, spans):
+def test_triton_twin_equals_the_reference(slots, spans, wdtype):
     pytest.importorskip("triton", reason="triton is not installed", exc_type=ImportError)
     from sprig.kernels.triton_lora import lora_add_ as triton_lora_add_
 
-    x, y, w, batch = _case(slots, torch.float32, spans, seed=7)
+    x, y, w, batch = _case(slots, torch.float32, spans, seed=7, wdtype=wdtype)
     ref = y.clone()
     lora_add_(ref, x, w, batch)
     triton_lora_add_(y, x, w, batch)

@@ -90,7 +90,7 @@ static int call_bq_embedding(const GraphCall *c) {
 }
 static int call_lora(const GraphCall *c) {
     return lora_apply(P(0), I(1), P(2), I(3), P(4), P(5), P(6), P(7), P(8), I(9), I(10), I(11), I(12), I(13), I(14),
-                      I(15), N(16), N(17), N(18));
+                      I(15), N(16), N(17), N(18), N(19));
 }
 
 static const struct {

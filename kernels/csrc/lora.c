@@ -4,8 +4,9 @@
  * y[t, ycol_p : ycol_p + w_p] += h[p R : p R + r] B_p^T (the torch reference is kernels/lora.py's `lora_add_`).
  *
  * The pool holds, per linear, A transposed side by side, a_t [S][K][P R] (module p in columns p R ...), and B,
- * b_t [S][R][NB] (module p in columns bcol_p ...), fp32, the scaling folded into B, zero past a slot's rank; `parts`
- * [P][3] is each module's (ycol, w, bcol). x [T, K] and y [T, N] (rows ldx / ldy elements apart: y is the fused
+ * b_t [S][R][NB] (module p in columns bcol_p ...), fp32 (wdtype 0) or bf16 (wdtype 1: a decode step reads every
+ * slot's A and B from memory, as it reads the base weights, so half the bytes is most of the gain), the scaling
+ * folded into B, zero past a slot's rank; `parts` [P][3] is each module's (ycol, w, bcol). x [T, K] and y [T, N] (rows ldx / ldy elements apart: y is the fused
  * output) are fp32 (dtype 0) or bf16 (dtype 1); sums are fp32 and y is rounded once.
  *
  * Tokens are grouped by slot (a prefill's run of one adapter, or a decode batch's rows of one adapter wherever they
@@ -47,6 +48,32 @@ static inline float load_x(const void *x, int dtype, int64_t i) {
     return dtype == 0 ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);
 }
 
+/* y[0:n] += a * w[0:n], w fp32 or bf16 (wdtype), on code path `isa`. */
+static inline void axpy_w(int isa, float a, const void *w, int wdtype, int64_t n, float *y) {
+    if (wdtype == 0) {
+        axpy(isa, a, (const float *)w, y, n);
+        return;
+    }
+    const uint16_t *wb = (const uint16_t *)w;
+    int64_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (isa >= 1) {
+        const __m256 va = _mm256_set1_ps(a);
+        for (; j + 8 <= n; j += 8) {
+            const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(wb + j)));
+            const __m256 wf = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, wf, _mm256_loadu_ps(y + j)));
+        }
+    }
+#endif
+    for (; j < n; j++) y[j] += a * bf16_to_float(wb[j]);
+}
+
+/* w + i elements of wdtype */
+static inline const void *at(const void *w, int wdtype, int64_t i) {
+    return (const char *)w + i * (wdtype == 0 ? 4 : 2);
+}
+
 static inline void store_y(void *y, int dtype, int64_t i, float v) {
     if (dtype == 0)
         ((float *)y)[i] = v;
@@ -60,14 +87,14 @@ typedef struct {
 } Part;
 
 /* One token at a time (code paths below AVX-512): h = x A over every module's ranks, then each module's columns. */
-static void item_per_token(int isa, const char *const *xr, char *const *yr, int nt, int dtype, const float *a,
-                           const float *b, int64_t K, int64_t PR, int64_t NB, int64_t r, const Part *parts,
+static void item_per_token(int isa, const char *const *xr, char *const *yr, int nt, int dtype, const void *a,
+                           const void *b, int wd, int64_t K, int64_t PR, int64_t NB, int64_t r, const Part *parts,
                            int64_t P, float *h) {
     for (int t = 0; t < nt; t++) {
         for (int64_t j = 0; j < PR; j++) h[j] = 0.0f;
         for (int64_t k = 0; k < K; k++) {
             const float xk = load_x(xr[t], dtype, k);
-            for (int64_t p = 0; p < P; p++) axpy(isa, xk, a + k * PR + parts[p].hoff, h + parts[p].hoff, r);
+            for (int64_t p = 0; p < P; p++) axpy_w(isa, xk, at(a, wd, k * PR + parts[p].hoff), wd, r, h + parts[p].hoff);
         }
         for (int64_t p = 0; p < P; p++)
             for (int64_t c0 = 0; c0 < parts[p].w; c0 += COLS) {
@@ -75,7 +102,7 @@ static void item_per_token(int isa, const char *const *xr, char *const *yr, int 
                 const int64_t cols = parts[p].w - c0 < COLS ? parts[p].w - c0 : COLS, yc = parts[p].ycol + c0;
                 for (int64_t c = 0; c < cols; c++) acc[c] = load_x(yr[t], dtype, yc + c);
                 for (int64_t j = 0; j < r; j++)
-                    axpy(isa, h[parts[p].hoff + j], b + j * NB + parts[p].bcol + c0, acc, cols);
+                    axpy_w(isa, h[parts[p].hoff + j], at(b, wd, j * NB + parts[p].bcol + c0), wd, cols, acc);
                 for (int64_t c = 0; c < cols; c++) store_y(yr[t], dtype, yc + c, acc[c]);
             }
     }
@@ -92,6 +119,11 @@ static inline __m512 load16(const char *yr, int dtype, int64_t c, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
+/* 16 weights from w + i (fp32 or bf16: WD, a constant once inlined), masked by m */
+static inline __attribute__((always_inline)) __m512 loadw(const void *w, int64_t i, __mmask16 m, const int WD) {
+    return WD == 0 ? _mm512_maskz_loadu_ps(m, (const float *)w + i) : load16((const char *)w, 1, i, m);
+}
+
 static inline void store16(char *yr, int dtype, int64_t c, __m512 v, __mmask16 m) {
     if (dtype == 0)
         _mm512_mask_storeu_ps((float *)yr + c, m, v);
@@ -101,9 +133,9 @@ static inline void store16(char *yr, int dtype, int64_t c, __m512 v, __mmask16 m
 
 /* h[t][off[v] ...] = xs[t] . A for NT tokens and NV vectors of 16 ranks (masks m), in U interleaved sets of sums
  * over k so that at least eight FMA chains run at once (NT, NV constants once inlined). */
-static inline __attribute__((always_inline)) void xa_tile(const float *const *xs, const float *a, int64_t K,
+static inline __attribute__((always_inline)) void xa_tile(const float *const *xs, const void *a, int64_t K,
                                                           int64_t PR, const int64_t *off, const __mmask16 *m, float *h,
-                                                          const int NT, const int NV) {
+                                                          const int NT, const int NV, const int WD) {
     const int U = NT * NV >= 8 ? 1 : (NT * NV >= 4 ? 2 : 4);
     __m512 acc[4][4][4];
 #pragma GCC unroll 4
@@ -116,10 +148,10 @@ static inline __attribute__((always_inline)) void xa_tile(const float *const *xs
     for (; k + U <= K; k += U)
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
-            const float *ar = a + (k + u) * PR;
+            const int64_t row = (k + u) * PR;
             __m512 av[4];
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) av[v] = _mm512_maskz_loadu_ps(m[v], ar + off[v]);
+            for (int v = 0; v < NV; v++) av[v] = loadw(a, row + off[v], m[v], WD);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 const __m512 xk = _mm512_set1_ps(xs[t][k + u]);
@@ -128,13 +160,12 @@ static inline __attribute__((always_inline)) void xa_tile(const float *const *xs
             }
         }
     for (; k < K; k++) {
-        const float *ar = a + k * PR;
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const __m512 xk = _mm512_set1_ps(xs[t][k]);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
-                acc[0][t][v] = _mm512_fmadd_ps(xk, _mm512_maskz_loadu_ps(m[v], ar + off[v]), acc[0][t][v]);
+                acc[0][t][v] = _mm512_fmadd_ps(xk, loadw(a, k * PR + off[v], m[v], WD), acc[0][t][v]);
         }
     }
 #pragma GCC unroll 4
@@ -149,9 +180,10 @@ static inline __attribute__((always_inline)) void xa_tile(const float *const *xs
 
 /* y[t][ycol + c ...] += h[t][hoff : hoff + r] . B[:, bcol + c ...] for NT tokens and NV vectors of 16 columns
  * (the last one masked by `last`), y fp32 or bf16, rounded once. */
-static inline __attribute__((always_inline)) void hb_tile(const float *h, int64_t PR, const float *b, int64_t NB,
+static inline __attribute__((always_inline)) void hb_tile(const float *h, int64_t PR, const void *b, int64_t NB,
                                                           int64_t r, const Part *part, int64_t c, __mmask16 last,
-                                                          char *const *yr, int dtype, const int NT, const int NV) {
+                                                          char *const *yr, int dtype, const int NT, const int NV,
+                                                          const int WD) {
     __m512 acc[4][4];
     __mmask16 m[4];
 #pragma GCC unroll 4
@@ -160,11 +192,11 @@ static inline __attribute__((always_inline)) void hb_tile(const float *h, int64_
     for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[t][v] = load16(yr[t], dtype, part->ycol + c + 16 * v, m[v]);
-    const float *bc = b + part->bcol + c;
+    const int64_t bc = part->bcol + c;
     for (int64_t j = 0; j < r; j++) {
         __m512 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], bc + j * NB + 16 * v);
+        for (int v = 0; v < NV; v++) bv[v] = loadw(b, bc + j * NB + 16 * v, m[v], WD);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const __m512 hj = _mm512_set1_ps(h[t * PR + part->hoff + j]);
@@ -179,11 +211,16 @@ static inline __attribute__((always_inline)) void hb_tile(const float *h, int64_
 }
 
 #define XA(nt, nv) \
-    case (nt) * 8 + (nv): xa_tile(xs, a, K, PR, off, m, h, nt, nv); break;
+    case (nt) * 8 + (nv): \
+        if (wd) xa_tile(xs, a, K, PR, off, m, h, nt, nv, 1); else xa_tile(xs, a, K, PR, off, m, h, nt, nv, 0); \
+        break;
 #define HB(nt, nv) \
-    case (nt) * 8 + (nv): hb_tile(h, PR, b, NB, r, part, c, last, yr, dtype, nt, nv); break;
+    case (nt) * 8 + (nv): \
+        if (wd) hb_tile(h, PR, b, NB, r, part, c, last, yr, dtype, nt, nv, 1); \
+        else hb_tile(h, PR, b, NB, r, part, c, last, yr, dtype, nt, nv, 0); \
+        break;
 
-static void xa_group(int nt, int nv, const float *const *xs, const float *a, int64_t K, int64_t PR,
+static void xa_group(int nt, int nv, const float *const *xs, const void *a, int wd, int64_t K, int64_t PR,
                      const int64_t *off, const __mmask16 *m, float *h) {
     switch (nt * 8 + nv) {
         XA(1, 1) XA(1, 2) XA(1, 3) XA(1, 4) XA(2, 1) XA(2, 2) XA(2, 3) XA(2, 4)
@@ -192,7 +229,7 @@ static void xa_group(int nt, int nv, const float *const *xs, const float *a, int
     }
 }
 
-static void hb_group(int nt, int nv, const float *h, int64_t PR, const float *b, int64_t NB, int64_t r,
+static void hb_group(int nt, int nv, const float *h, int64_t PR, const void *b, int wd, int64_t NB, int64_t r,
                      const Part *part, int64_t c, __mmask16 last, char *const *yr, int dtype) {
     switch (nt * 8 + nv) {
         HB(1, 1) HB(1, 2) HB(1, 3) HB(1, 4) HB(2, 1) HB(2, 2) HB(2, 3) HB(2, 4)
@@ -202,8 +239,8 @@ static void hb_group(int nt, int nv, const float *h, int64_t PR, const float *b,
 }
 
 /* One item of nt <= TB tokens of one slot: xs its fp32 rows (bf16 ones converted into `scratch`), h [nt][PR]. */
-static void item_avx512(const char *const *xr, char *const *yr, int nt, int dtype, const float *a, const float *b,
-                        int64_t K, int64_t PR, int64_t NB, int64_t r, const Part *parts, int64_t P, float *h,
+static void item_avx512(const char *const *xr, char *const *yr, int nt, int dtype, const void *a, const void *b,
+                        int wd, int64_t K, int64_t PR, int64_t NB, int64_t r, const Part *parts, int64_t P, float *h,
                         float *scratch) {
     const float *xs[TB];
     for (int t = 0; t < nt; t++) {
@@ -227,27 +264,27 @@ static void item_avx512(const char *const *xr, char *const *yr, int nt, int dtyp
             off[nv] = parts[p].hoff + j;
             m[nv++] = tail_mask(r - j);
             if (nv == 4) {
-                xa_group(nt, nv, xs, a, K, PR, off, m, h);
+                xa_group(nt, nv, xs, a, wd, K, PR, off, m, h);
                 nv = 0;
             }
         }
-    if (nv > 0) xa_group(nt, nv, xs, a, K, PR, off, m, h);
+    if (nv > 0) xa_group(nt, nv, xs, a, wd, K, PR, off, m, h);
     for (int64_t p = 0; p < P; p++) {
         const Part *part = &parts[p];
         for (int64_t c = 0; c < part->w; c += 64) {
             const int64_t left = part->w - c;
             const int vecs = left >= 64 ? 4 : (int)((left + 15) / 16);
-            hb_group(nt, vecs, h, PR, b, NB, r, part, c, tail_mask(left - 16 * (vecs - 1)), yr, dtype);
+            hb_group(nt, vecs, h, PR, b, wd, NB, r, part, c, tail_mask(left - 16 * (vecs - 1)), yr, dtype);
         }
     }
 }
 #endif
 
-int lora_apply(const void *x, int64_t ldx, void *y, int64_t ldy, const float *a_t, const float *b_t,
+int lora_apply(const void *x, int64_t ldx, void *y, int64_t ldy, const void *a_t, const void *b_t,
                const int64_t *ranks, const int64_t *slots, const int64_t *parts_in, int64_t P, int64_t T, int64_t K,
-               int64_t N, int64_t R, int64_t NB, int64_t num_slots, int dtype, int isa, int nthreads) {
+               int64_t N, int64_t R, int64_t NB, int64_t num_slots, int dtype, int wdtype, int isa, int nthreads) {
     if (T < 0 || K <= 0 || N <= 0 || R <= 0 || NB <= 0 || P <= 0 || num_slots <= 0 || (dtype != 0 && dtype != 1) ||
-        isa < 0 || isa > vec_gemm_best_isa())
+        (wdtype != 0 && wdtype != 1) || isa < 0 || isa > vec_gemm_best_isa())
         return 1;
     for (int64_t p = 0; p < P; p++) {
         const int64_t ycol = parts_in[3 * p], w = parts_in[3 * p + 1], bcol = parts_in[3 * p + 2];
@@ -302,14 +339,14 @@ int lora_apply(const void *x, int64_t ldx, void *y, int64_t ldy, const float *a_
             }
             const int64_t s = slots[order[first[i]]], r = ranks[s];
             if (r == 0) continue;  /* an empty slot adds nothing */
-            const float *a = a_t + s * K * PR, *b = b_t + s * R * NB;
+            const void *a = at(a_t, wdtype, s * K * PR), *b = at(b_t, wdtype, s * R * NB);
 #if defined(__AVX512F__)
             if (isa >= 2) {
-                item_avx512(xr, yr, nt, dtype, a, b, K, PR, NB, r, parts, P, h, h + TB * PR);
+                item_avx512(xr, yr, nt, dtype, a, b, wdtype, K, PR, NB, r, parts, P, h, h + TB * PR);
                 continue;
             }
 #endif
-            item_per_token(isa, xr, yr, nt, dtype, a, b, K, PR, NB, r, parts, P, h);
+            item_per_token(isa, xr, yr, nt, dtype, a, b, wdtype, K, PR, NB, r, parts, P, h);
         }
         free(h);
     }

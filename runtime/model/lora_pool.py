@@ -5,7 +5,8 @@ that add each token's adapter to their output.
 `gate_up_proj`, `o_proj`, `down_proj`) in a `LoraLinear`: the base linear runs as before (any kernel, quantized or
 not), then one call of the segmented product (`KernelSet.lora_add_`) adds each token's delta for all of the
 linear's target modules to their slices of the output. Per linear the pool holds a `LoraWeights`: its modules' A
-transposed side by side [S, in, P R] and their B [S, R, out] in fp32 (R = `--max-lora-rank`), this rank's shard
+transposed side by side [S, in, P R] and their B [S, R, out] (R = `--max-lora-rank`), in bf16 under a bf16 model
+(a decode step reads every slot's A and B, as it reads the base weights: half the bytes), else fp32; this rank's shard
 under tensor parallelism: column-parallel modules (q/k/v/gate/up) hold their rows of B, row-parallel ones (o/down)
 their columns of A, whose partial products the layer's all-reduce sums. Which adapter a slot holds, and when it
 may be replaced, is the engine's business (`runtime/engine/lora_manager.py`); `write` and `clear` fill a slot.
@@ -36,8 +37,8 @@ class LoraPart:
     cols: int  # output columns on this rank
     row_parallel: bool  # sharded by input (o/down): A's columns; else by output: B's rows
     start: int  # first input (row-parallel) or output (column-parallel) channel of this rank's shard
-    a_t: torch.Tensor  # [S, in on this rank, R] fp32, a view of its linear's `LoraWeights`
-    b_t: torch.Tensor  # [S, R, cols] fp32, likewise
+    a_t: torch.Tensor  # [S, in on this rank, R], a view of its linear's `LoraWeights`
+    b_t: torch.Tensor  # [S, R, cols], likewise
 
 
 class LoraLinear(nn.Module):
@@ -68,6 +69,7 @@ class LoraPool:
             raise ValueError("max_lora_rank must be positive")
         self.num_slots, self.max_rank, self.targets = num_slots, max_rank, targets
         self.ops: KernelSet = model.ops
+        self.dtype = torch.bfloat16 if model.dtype == torch.bfloat16 else torch.float32
         self.device = model.device
         self.ranks = torch.zeros(num_slots, dtype=torch.int64, device=self.device)
         self.batch: LoraBatch | None = None
@@ -137,7 +139,7 @@ class LoraPool:
             return
         fan_in = specs[0][6]  # the modules of one linear share its input
         w = LoraWeights.zeros(self.num_slots, fan_in, self.max_rank, [(col, cols) for _, _, col, cols, *_ in specs],
-                              self.ranks)
+                              self.ranks, self.dtype)
         for p, (layer, module, col, cols, row_parallel, start, _) in enumerate(specs):
             self.parts[(layer, module)] = LoraPart(layer, module, col, cols, row_parallel, start, *w.module(p))
         self.weights.append(w)
