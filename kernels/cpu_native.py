@@ -72,7 +72,7 @@ SIGNATURES: dict[str, list] = {
     # moe.c, wrapped by kernels/cpu_moe.py
     "moe_fused": [_P, _P, _I, _I, _I, ctypes.c_int, _P, _P, _I, _I, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int],
     # lora.c, wrapped by kernels/cpu_lora.py
-    "lora_apply": [_P, _I, _P, _I] + [_P] * 4 + [_I] * 5 + [ctypes.c_int] * 3,
+    "lora_apply": [_P, _I, _P, _I] + [_P] * 5 + [_I] * 7 + [ctypes.c_int] * 4,
     # graph.c, driven by runtime/model/cpu_graph.py
     "graph_kernel_id": [ctypes.c_char_p],
     "graph_call_size": [],

@@ -89,8 +89,8 @@ static int call_bq_embedding(const GraphCall *c) {
     return bq_embedding(P(0), P(1), I(2), N(3), P(4), I(5), I(6), I(7), N(8), N(9));
 }
 static int call_lora(const GraphCall *c) {
-    return lora_apply(P(0), I(1), P(2), I(3), P(4), P(5), P(6), P(7), I(8), I(9), I(10), I(11), I(12), N(13), N(14),
-                      N(15));
+    return lora_apply(P(0), I(1), P(2), I(3), P(4), P(5), P(6), P(7), P(8), I(9), I(10), I(11), I(12), I(13), I(14),
+                      I(15), N(16), N(17), N(18), N(19));
 }
 
 static const struct {

@@ -39,8 +39,8 @@ int bq_linear(const void *a, int64_t lda, const uint8_t *w, int64_t row_bytes, i
 int bq_embedding(void *out, const uint8_t *w, int64_t row_bytes, int qtype, const int64_t *ids, int64_t count,
                  int64_t k, int64_t num_rows, int dtype, int nthreads);
 // The segmented LoRA product added to y (lora.c).
-int lora_apply(const void *x, int64_t ldx, void *y, int64_t ldy, const float *a_t, const float *b_t,
-               const int64_t *ranks, const int64_t *slots, int64_t T, int64_t K, int64_t N, int64_t R,
-               int64_t num_slots, int dtype, int isa, int nthreads);
+int lora_apply(const void *x, int64_t ldx, void *y, int64_t ldy, const void *a_t, const void *b_t,
+               const int64_t *ranks, const int64_t *slots, const int64_t *parts, int64_t P, int64_t T, int64_t K,
+               int64_t N, int64_t R, int64_t NB, int64_t num_slots, int dtype, int wdtype, int isa, int nthreads);
 
 #endif

@@ -3,8 +3,10 @@ that add each token's adapter to their output.
 
 `LoraPool.attach` wraps every target linear of the model (q/k/v inside the fused `qkv_proj`, gate/up inside
 `gate_up_proj`, `o_proj`, `down_proj`) in a `LoraLinear`: the base linear runs as before (any kernel, quantized or
-not), then the segmented product (`KernelSet.lora_add_`) adds each token's delta to its slice of the output. Per
-module the pool holds A transposed [S, in, R] and B [S, R, out] in fp32 (R = `--max-lora-rank`), this rank's shard
+not), then one call of the segmented product (`KernelSet.lora_add_`) adds each token's delta for all of the
+linear's target modules to their slices of the output. Per linear the pool holds a `LoraWeights`: its modules' A
+transposed side by side [S, in, P R] and their B [S, R, out] (R = `--max-lora-rank`), in bf16 under a bf16 model
+(a decode step reads every slot's A and B, as it reads the base weights: half the bytes), else fp32; this rank's shard
 under tensor parallelism: column-parallel modules (q/k/v/gate/up) hold their rows of B, row-parallel ones (o/down)
 their columns of A, whose partial products the layer's all-reduce sums. Which adapter a slot holds, and when it
 may be replaced, is the engine's business (`runtime/engine/lora_manager.py`); `write` and `clear` fill a slot.
@@ -19,7 +21,7 @@ from torch import nn
 
 from sprig.kernels.backend import KernelSet
 from sprig.kernels.cpu_lora import built_isa
-from sprig.kernels.lora import LoraBatch
+from sprig.kernels.lora import LoraBatch, LoraWeights
 from sprig.runtime.config import EngineConfig
 from sprig.runtime.model.decoder import MLP, CausalLM, DecoderLayer
 from sprig.runtime.model.lora_adapter import LoraAdapter, parse_target_modules, read_adapter
@@ -35,17 +37,17 @@ class LoraPart:
     cols: int  # output columns on this rank
     row_parallel: bool  # sharded by input (o/down): A's columns; else by output: B's rows
     start: int  # first input (row-parallel) or output (column-parallel) channel of this rank's shard
-    a_t: torch.Tensor  # [S, in on this rank, R] fp32
-    b_t: torch.Tensor  # [S, R, cols] fp32
+    a_t: torch.Tensor  # [S, in on this rank, R], a view of its linear's `LoraWeights`
+    b_t: torch.Tensor  # [S, R, cols], likewise
 
 
 class LoraLinear(nn.Module):
     """A base linear plus the adapters of the pool's current batch (nothing is added while no batch is bound)."""
 
-    def __init__(self, base: nn.Module, parts: list[LoraPart], pool: LoraPool) -> None:
+    def __init__(self, base: nn.Module, weights: LoraWeights, pool: LoraPool) -> None:
         super().__init__()
         self.base = base
-        self.parts = parts
+        self.weights = weights
         self.pool = [pool]  # a list: the pool is not a submodule (it would be moved and listed with every layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -53,9 +55,7 @@ class LoraLinear(nn.Module):
         pool = self.pool[0]
         if pool.batch is None:
             return y
-        x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])
-        for part in self.parts:
-            pool.ops.lora_add_(y2[:, part.col : part.col + part.cols], x2, part.a_t, part.b_t, pool.ranks, pool.batch)
+        pool.ops.lora_add_(y.view(-1, y.shape[-1]), x.reshape(-1, x.shape[-1]), self.weights, pool.batch)
         return y
 
 
@@ -69,17 +69,19 @@ class LoraPool:
             raise ValueError("max_lora_rank must be positive")
         self.num_slots, self.max_rank, self.targets = num_slots, max_rank, targets
         self.ops: KernelSet = model.ops
+        self.dtype = torch.bfloat16 if model.dtype == torch.bfloat16 else torch.float32
         self.device = model.device
         self.ranks = torch.zeros(num_slots, dtype=torch.int64, device=self.device)
         self.batch: LoraBatch | None = None
         self.parts: dict[tuple[int, str], LoraPart] = {}
+        self.weights: list[LoraWeights] = []  # one per wrapped linear
         built_isa()  # asked now, outside any forward a CPU graph records
         self._attach(model)
 
     @property
     def nbytes(self) -> int:
         """The pool's memory: every slot of every module's A and B."""
-        return sum(p.a_t.nbytes + p.b_t.nbytes for p in self.parts.values())
+        return sum(w.a_t.nbytes + w.b_t.nbytes for w in self.weights)
 
     def bind(self, batch: LoraBatch | None) -> None:
         """The adapters of the forward about to run (None: the base model alone)."""
@@ -102,9 +104,9 @@ class LoraPool:
         self.ranks[slot] = r
 
     def clear(self, slot: int) -> None:
-        for part in self.parts.values():
-            part.a_t[slot].zero_()
-            part.b_t[slot].zero_()
+        for w in self.weights:
+            w.a_t[slot].zero_()
+            w.b_t[slot].zero_()
         self.ranks[slot] = 0
 
     def _attach(self, model: CausalLM) -> None:
@@ -132,17 +134,16 @@ class LoraPool:
 
     def _wrap(self, owner: nn.Module, attr: str, specs: list[tuple[int, str, int, int, bool, int, int]]) -> None:
         """Replace `owner.attr` by a `LoraLinear` over it with a part per targeted module of `specs`."""
-        parts = []
-        for layer, module, col, cols, row_parallel, start, fan_in in specs:
-            if module not in self.targets:
-                continue
-            s, r, dev = self.num_slots, self.max_rank, self.device
-            part = LoraPart(layer, module, col, cols, row_parallel, start,
-                            torch.zeros(s, fan_in, r, device=dev), torch.zeros(s, r, cols, device=dev))
-            self.parts[(layer, module)] = part
-            parts.append(part)
-        if parts:
-            setattr(owner, attr, LoraLinear(getattr(owner, attr), parts, self))
+        specs = [spec for spec in specs if spec[1] in self.targets]
+        if not specs:
+            return
+        fan_in = specs[0][6]  # the modules of one linear share its input
+        w = LoraWeights.zeros(self.num_slots, fan_in, self.max_rank, [(col, cols) for _, _, col, cols, *_ in specs],
+                              self.ranks, self.dtype)
+        for p, (layer, module, col, cols, row_parallel, start, _) in enumerate(specs):
+            self.parts[(layer, module)] = LoraPart(layer, module, col, cols, row_parallel, start, *w.module(p))
+        self.weights.append(w)
+        setattr(owner, attr, LoraLinear(getattr(owner, attr), w, self))
 
 
 def attach_lora_pool(model: CausalLM, config: EngineConfig, preload: bool = False) -> LoraPool:
